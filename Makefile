@@ -1,0 +1,29 @@
+# `make test` and `make demo` each set up .venv on a fresh machine (torch 2.13.0 CPU first, so that
+# pip never resolves a multi-GB CUDA build), then run offline.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.vocabshift-installed
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test demo bench
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+demo: setup
+	$(PY) examples/demo.py
+
+bench: setup
+	$(PY) benchmarks/bench_methods.py
+	$(PY) benchmarks/bench_tokenizer_speed.py

@@ -1,0 +1,45 @@
+"""vocabshift: move a Hugging Face LLM to a new language through its vocabulary.
+
+`import vocabshift` registers `PreTrainedModel.extend_vocabulary`.
+"""
+
+__version__ = "0.1.0.dev0"
+
+import functools
+
+from transformers import PreTrainedModel
+
+from . import methods
+from .errors import VocabShiftError
+from .extend import extend_vocabulary
+from .methods import InitContext, InitResult
+from .record import ExtensionRecord, get_record
+from .registry import get_method, list_methods, register_method
+from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
+
+__all__ = [
+    "ExtensionRecord",
+    "InitContext",
+    "InitResult",
+    "MergeReport",
+    "VocabShiftError",
+    "__version__",
+    "align",
+    "extend_vocabulary",
+    "get_method",
+    "get_record",
+    "list_methods",
+    "merge_tokenizers",
+    "methods",
+    "register_method",
+    "tokens_per_word",
+    "train_tokenizer",
+]
+
+
+@functools.wraps(extend_vocabulary)
+def _extend_vocabulary_method(self, new_tokenizer, **kwargs):
+    return extend_vocabulary(self, new_tokenizer, **kwargs)
+
+
+PreTrainedModel.extend_vocabulary = _extend_vocabulary_method

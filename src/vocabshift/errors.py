@@ -1,0 +1,75 @@
+"""Every error vocabshift raises on bad input.
+
+Each error subclasses `VocabShiftError` and the built-in exception it refines, so that
+`except ValueError` keeps working in user code. Messages say what was given, why it is refused and how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IncompatibleTokenizerError",
+    "InvalidArgumentError",
+    "InvalidTokenizerError",
+    "MethodOptionError",
+    "MethodResultError",
+    "NoNewTokensError",
+    "RecordError",
+    "TokenizerLoadError",
+    "TokenizerMismatchError",
+    "UnknownMethodError",
+    "UnsupportedModelError",
+    "UnsupportedTokenizerError",
+    "VocabShiftError",
+]
+
+
+class VocabShiftError(Exception):
+    """Base class of every error raised by vocabshift."""
+
+
+class InvalidArgumentError(VocabShiftError, ValueError):
+    """An argument has a value outside what is accepted (e.g. `mode`, `pad_to_multiple_of`, `seed`)."""
+
+
+class InvalidTokenizerError(VocabShiftError, TypeError):
+    """A tokenizer argument is not a fast Hugging Face tokenizer, a `tokenizers.Tokenizer`, or a path to one."""
+
+
+class TokenizerLoadError(VocabShiftError, ValueError):
+    """A tokenizer could not be loaded from the given path or repo id (missing or corrupted files)."""
+
+
+class TokenizerMismatchError(VocabShiftError, ValueError):
+    """The source tokenizer does not belong to the model (ids beyond its embedding rows, or another fingerprint)."""
+
+
+class UnsupportedTokenizerError(VocabShiftError, ValueError):
+    """A tokenizer's family is none of byte-level BPE, SentencePiece-style or WordPiece."""
+
+
+class IncompatibleTokenizerError(VocabShiftError, ValueError):
+    """Two tokenizers cannot be merged (their models are of different kinds)."""
+
+
+class NoNewTokensError(VocabShiftError, ValueError):
+    """The new tokenizer brings no token that the model does not already have."""
+
+
+class UnknownMethodError(VocabShiftError, ValueError):
+    """No initialization method is registered under the given name."""
+
+
+class MethodOptionError(VocabShiftError, TypeError):
+    """A method option is unknown, of the wrong type, or out of range."""
+
+
+class MethodResultError(VocabShiftError, RuntimeError):
+    """An initialization method returned rows of the wrong shape or with NaN/Inf (a bug in that method)."""
+
+
+class UnsupportedModelError(VocabShiftError, TypeError):
+    """The model has no input embeddings, or embeddings vocabshift cannot resize."""
+
+
+class RecordError(VocabShiftError, ValueError):
+    """A model carries no ExtensionRecord, or one that cannot be read."""

@@ -1,0 +1,127 @@
+"""The registry of initialization methods: name -> (pure function, frozen config dataclass, display name, paper)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
+
+from .errors import InvalidArgumentError, MethodOptionError, UnknownMethodError
+
+__all__ = ["MethodSpec", "build_config", "get_method", "list_methods", "register_method"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: `function(context, config) -> InitResult` and its metadata."""
+
+    name: str
+    function: Callable[..., Any]
+    config_class: type
+    pretty_name: str
+    paper_url: str | None
+    summary: str
+
+
+_METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(
+    name: str, *, config_class: type, pretty_name: str, paper_url: str | None = None, summary: str = ""
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register an initialization method under `name` (decorator).
+
+    Args:
+        name (`str`): lower-case identifier used as `method=` in `extend_vocabulary`.
+        config_class (`type`): a frozen dataclass holding the method's options.
+        pretty_name (`str`): display name for the README and model cards.
+        paper_url (`str`, *optional*): link to the method's paper.
+        summary (`str`, *optional*): one line for the method table.
+
+    Raises:
+        `InvalidArgumentError`: if the name is malformed, already taken, or `config_class` is not a frozen dataclass.
+    """
+    if not _NAME.match(name):
+        raise InvalidArgumentError(f"Method name {name!r} is invalid: use lower-case letters, digits and '_'.")
+    if name in _METHODS:
+        raise InvalidArgumentError(f"Method {name!r} is already registered; pick another name.")
+    params = getattr(config_class, "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        raise InvalidArgumentError(f"config_class for {name!r} must be a frozen dataclass, got {config_class!r}.")
+
+    def decorator(function: Callable[..., Any]) -> Callable[..., Any]:
+        _METHODS[name] = MethodSpec(name, function, config_class, pretty_name, paper_url, summary)
+        return function
+
+    return decorator
+
+
+def list_methods() -> list[str]:
+    """Names of all registered initialization methods, sorted."""
+    return sorted(_METHODS)
+
+
+def get_method(name: str) -> MethodSpec:
+    """The registered method called `name`.
+
+    Raises:
+        `UnknownMethodError`: listing every registered name.
+    """
+    if not isinstance(name, str) or name not in _METHODS:
+        raise UnknownMethodError(f"Unknown method {name!r}. Available: {', '.join(list_methods())}.")
+    return _METHODS[name]
+
+
+def build_config(spec: MethodSpec, options: dict[str, Any]) -> Any:
+    """Validate `options` against the method's config dataclass and build the config.
+
+    Raises:
+        `MethodOptionError`: for an unknown option (listing the accepted ones) or a value of the wrong type.
+    """
+    hints = typing.get_type_hints(spec.config_class)
+    fields = {f.name for f in dataclasses.fields(spec.config_class)}
+    for key, value in sorted(options.items()):
+        if key not in fields:
+            accepted = ", ".join(sorted(fields)) or "none"
+            raise MethodOptionError(
+                f"Unknown option {key!r} for method {spec.name!r}. Accepted options: {accepted}."
+            )
+        if not _matches(value, hints[key]):
+            raise MethodOptionError(
+                f"Option {key}={value!r} for method {spec.name!r} has the wrong type or value: "
+                f"expected {_describe(hints[key])}."
+            )
+    return spec.config_class(**options)
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin is Literal:
+        return any(value == choice and type(value) is type(choice) for choice in typing.get_args(annotation))
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is os.PathLike:
+        return isinstance(value, os.PathLike)
+    return isinstance(value, origin or annotation)
+
+
+def _describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(choice) for choice in typing.get_args(annotation))
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in typing.get_args(annotation))
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))

@@ -1,0 +1,65 @@
+"""Alignment of a target tokenizer to a source tokenizer: shared tokens, new tokens and their decompositions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from huggingface_hub.utils import tqdm
+
+from .forms import TokenForm, backend_state, token_forms
+from .segment import Segmenter
+
+__all__ = ["Alignment", "align"]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """How the ids of a target tokenizer relate to the ids of a source tokenizer.
+
+    Attributes:
+        source_forms (`list[TokenForm]`): canonical form of every source id.
+        target_forms (`list[TokenForm]`): canonical form of every target id.
+        shared (`list[tuple[int, int]]`): `(target_id, source_id)` pairs of tokens with the same form, by target id
+            (the lowest source id when several match, ordinary pieces before byte-fallback ones).
+        new_ids (`list[int]`): target ids without a source token, sorted.
+        decompositions (`list[list[int]]`): for each of `new_ids`, the source ids that the source tokenizer cuts
+            that token's text into (in its word position); `[]` when the source tokenizer cannot represent it.
+    """
+
+    source_forms: list[TokenForm]
+    target_forms: list[TokenForm]
+    shared: list[tuple[int, int]]
+    new_ids: list[int]
+    decompositions: list[list[int]]
+
+
+def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignment:
+    """Align the ids of `target` to those of `source` (both fast tokenizers).
+
+    Args:
+        source: the model's current tokenizer.
+        target: the tokenizer the model will use.
+        keep_source_ids (`bool`, defaults to `False`): `target` extends `source` with the same ids for every
+            source token (extend mode), so that shared pairs are the identity on the source ids.
+
+    Returns:
+        `Alignment`
+    """
+    source_state = backend_state(source)
+    source_forms = token_forms(source, source_state)
+    target_forms = token_forms(target)
+    if keep_source_ids:
+        shared = [(i, i) for i in range(len(source_forms))]
+    else:
+        first_id: dict[tuple[Any, ...], int] = {}
+        for index in sorted(range(len(source_forms)), key=lambda i: (source_forms[i].fallback, i)):
+            first_id.setdefault(source_forms[index].key, index)
+        shared = [(t, first_id[f.key]) for t, f in enumerate(target_forms) if f.key in first_id]
+    matched = {t for t, _ in shared}
+    new_ids = [t for t in range(len(target_forms)) if t not in matched]
+    segmenter = Segmenter(source, source_state)
+    decompositions = [
+        segmenter.segment(target_forms[t]) for t in tqdm(new_ids, desc="Decomposing new tokens", leave=False)
+    ]
+    return Alignment(source_forms, target_forms, shared, new_ids, decompositions)

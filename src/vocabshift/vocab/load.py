@@ -1,0 +1,66 @@
+"""Turn what users pass as a tokenizer into a fast Hugging Face tokenizer, with clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from ..errors import InvalidTokenizerError, TokenizerLoadError
+
+__all__ = ["fingerprint", "load_tokenizer"]
+
+_ACCEPTED = (
+    "a fast tokenizer (AutoTokenizer.from_pretrained(...)), a tokenizers.Tokenizer, a tokenizer.json file, "
+    "a folder saved with save_pretrained, or a Hub repo id"
+)
+
+
+def load_tokenizer(value: Any, *, argument: str) -> Any:
+    """A fast tokenizer from `value`.
+
+    Args:
+        value: a fast tokenizer, a `tokenizers.Tokenizer`, a path to a `tokenizer.json` or a tokenizer folder, or
+            a Hub repo id.
+        argument (`str`): the caller's argument name, for error messages.
+
+    Raises:
+        `InvalidTokenizerError`: for any other type (slow Python tokenizers included).
+        `TokenizerLoadError`: if files are missing or corrupted.
+    """
+    if isinstance(value, Tokenizer):
+        return PreTrainedTokenizerFast(tokenizer_object=value)
+    if isinstance(value, (str, os.PathLike)):
+        return _from_path(value, argument)
+    if not hasattr(value, "backend_tokenizer"):
+        raise InvalidTokenizerError(f"{argument} is a {type(value).__name__}; pass {_ACCEPTED}.")
+    return value
+
+
+def _from_path(value: str | os.PathLike, argument: str) -> Any:
+    path = Path(value)
+    if not str(value):
+        raise TokenizerLoadError(f"{argument} is an empty path; pass {_ACCEPTED}.")
+    try:
+        if path.is_file():
+            return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))
+        tokenizer = AutoTokenizer.from_pretrained(str(value))
+    except Exception as error:  # the loaders raise many types; the message is what users need
+        raise TokenizerLoadError(
+            f"Could not load {argument}={str(value)!r}: {type(error).__name__}: {error}. "
+            f"Check that it is {_ACCEPTED}, and that its files are complete."
+        ) from error
+    if not hasattr(tokenizer, "backend_tokenizer"):
+        raise InvalidTokenizerError(f"{argument}={str(value)!r} loads as a slow tokenizer; pass {_ACCEPTED}.")
+    return tokenizer
+
+
+def fingerprint(tokenizer: Any) -> str:
+    """SHA-256 of a tokenizer's `tokenizer.json` content (key order normalized)."""
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    return hashlib.sha256(json.dumps(state, sort_keys=True, ensure_ascii=False).encode()).hexdigest()

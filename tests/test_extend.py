@@ -1,0 +1,171 @@
+"""`model.extend_vocabulary`: heads, padding, special ids, save/reload, the record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+import vocabshift
+from conftest import ARCHITECTURES, make_model
+
+
+def _pair(tokenizers_en, tokenizers_ru, architecture):
+    family = ARCHITECTURES[architecture][0]
+    return tokenizers_en[family], tokenizers_ru[family]
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        output = model(input_ids=torch.tensor([ids]))
+    return output.logits if hasattr(output, "logits") else output.last_hidden_state
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+@pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied", "gpt2-tied", "bert-encoder", "gemma3-tied"])
+def test_save_and_reload_give_identical_logits(tokenizers_en, tokenizers_ru, ru_held, tmp_path, architecture, mode):
+    source, new = _pair(tokenizers_en, tokenizers_ru, architecture)
+    model = make_model(architecture, source)
+    tokenizer = model.extend_vocabulary(new, mode=mode, source_tokenizer=source)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    auto = AutoModel if architecture == "bert-encoder" else AutoModelForCausalLM
+    reloaded, reloaded_tokenizer = auto.from_pretrained(tmp_path).eval(), AutoTokenizer.from_pretrained(tmp_path)
+    ids = reloaded_tokenizer.encode(ru_held[0])[:48]
+    assert ids == tokenizer.encode(ru_held[0])[:48]
+    assert max(ids) >= len(source) or mode == "replace"
+    assert torch.equal(_logits(model, ids), _logits(reloaded, ids))
+    assert vocabshift.get_record(reloaded) == vocabshift.get_record(model)
+    assert json.loads((tmp_path / "config.json").read_text())["vocabshift"]["mode"] == mode
+
+
+@pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied"])
+def test_tying_is_preserved(tokenizers_en, tokenizers_ru, architecture):
+    source, new = _pair(tokenizers_en, tokenizers_ru, architecture)
+    model = make_model(architecture, source)
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    model.extend_vocabulary(new, source_tokenizer=source)
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    assert model.get_output_embeddings().out_features == model.config.vocab_size
+    assert vocabshift.get_record(model).tied == tied
+
+
+def test_untied_output_rows_get_their_own_initialization(tokenizers_en, tokenizers_ru):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    model.extend_vocabulary(new, source_tokenizer=source, method="subword")
+    ids = torch.tensor(vocabshift.get_record(model).new_ids)
+    head, inputs = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    assert not torch.equal(head[ids], inputs[ids])
+
+
+def test_extend_keeps_old_token_logits_for_gemma_scaled_embeddings(tokenizers_en, tokenizers_ru, en_held):
+    """Gemma multiplies embeddings by sqrt(hidden) in its embedding module: the module (and scale) must stay."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "gemma3-tied")
+    model = make_model("gemma3-tied", source)
+    embedding_class = type(model.get_input_embeddings())
+    ids = source.encode(en_held[0])[:32]
+    before = _logits(model, ids)
+    model.extend_vocabulary(new, source_tokenizer=source)
+    assert type(model.get_input_embeddings()) is embedding_class
+    assert float(model.get_input_embeddings().embed_scale) == pytest.approx(model.config.hidden_size**0.5)
+    torch.testing.assert_close(_logits(model, ids)[..., : len(source)], before, rtol=0, atol=1e-5)
+
+
+def test_padded_vocabulary_rows_stay_out_of_the_token_maps(tokenizers_en, tokenizers_ru):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    model = make_model("qwen2-tied", source, extra_rows=40)
+    with torch.no_grad():  # padding rows far from the token rows: they must not leak into any statistic
+        model.get_input_embeddings().weight[len(source):] = 100.0
+    token_rows = model.get_input_embeddings().weight.detach()[: len(source)].clone()
+    model.extend_vocabulary(new, source_tokenizer=source, method="mean")
+    record = vocabshift.get_record(model)
+    assert record.new_ids[0] == len(source) and record.old_num_rows == len(source) + 40
+    rows = model.get_input_embeddings().weight[record.new_ids]
+    torch.testing.assert_close(rows, token_rows.mean(dim=0).expand_as(rows))
+
+
+def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_ru):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    model = make_model("qwen2-tied", source, extra_rows=2000)
+    old = model.get_input_embeddings().weight.detach().clone()
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source)
+    rows = model.get_input_embeddings().weight
+    assert rows.shape[0] == old.shape[0] > len(tokenizer)
+    assert torch.equal(rows[len(tokenizer):], old[len(tokenizer):])
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_pad_to_multiple_of(tokenizers_en, tokenizers_ru, mode):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode=mode, pad_to_multiple_of=64)
+    rows = model.config.vocab_size
+    assert rows % 64 == 0 and rows - 64 < len(tokenizer) <= rows
+    assert model.get_output_embeddings().weight.shape[0] == rows == model.get_input_embeddings().num_embeddings
+    assert torch.isfinite(model.get_output_embeddings().weight).all()
+
+
+def test_replace_mode_keeps_model_conventions(tokenizers_en, tokenizers_ru):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    model = make_model("qwen2-tied", source)
+    model.generation_config = GenerationConfig(eos_token_id=[source.eos_token_id, 0], pad_token_id=source.eos_token_id)
+    old_rows = model.get_input_embeddings().weight.detach().clone()
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
+    assert tokenizer.chat_template == source.chat_template
+    for role in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        assert getattr(tokenizer, role) == getattr(source, role)
+    eos = tokenizer.eos_token_id
+    assert model.config.eos_token_id == eos and model.config.bos_token_id == tokenizer.bos_token_id
+    assert model.generation_config.eos_token_id == [eos, tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    assert model.generation_config.pad_token_id == eos
+    assert torch.equal(model.get_input_embeddings().weight[eos], old_rows[source.eos_token_id])
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Привет"}], tokenize=False)
+    assert text.startswith("<|im_start|>user")
+
+
+def test_replace_mode_remaps_the_post_processor(tokenizers_en, tokenizers_ru):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
+    ids = tokenizer.encode("Привет")
+    assert ids[0] == tokenizer.bos_token_id == model.config.bos_token_id
+
+
+def test_default_source_tokenizer_comes_from_the_model_folder(tokenizers_en, tokenizers_ru, tmp_path):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    make_model("qwen2-tied", source).save_pretrained(tmp_path)
+    source.save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    tokenizer = model.extend_vocabulary(new)
+    record = vocabshift.get_record(model)
+    assert record.source_model == str(tmp_path) and len(tokenizer) == record.new_vocab_size
+
+
+def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru, ru_lines):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    model = make_model("qwen2-tied", source)
+    first = model.extend_vocabulary(new, source_tokenizer=source)
+    more = vocabshift.train_tokenizer(ru_lines, like=first, vocab_size=1600)
+    second = model.extend_vocabulary(more, source_tokenizer=first)
+    assert len(second) > len(first) and vocabshift.get_record(model).old_vocab_size == len(first)
+
+
+def test_record_describes_the_extension(tokenizers_en, tokenizers_ru):
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, method="subword", input_weighting="max_char")
+    record = vocabshift.get_record(model)
+    assert record.method == "subword" and record.method_config["input_weighting"] == "max_char"
+    assert record.new_ids == list(range(len(source), len(tokenizer)))
+    assert record.diagnostics["composed"] + record.diagnostics["copied"] + record.diagnostics["mean_fallback"] == len(
+        record.new_ids
+    )
+    assert record.tokenizer_report["tokens_added"] == len(record.new_ids)
+    decompositions = record.decomposition_lists()
+    for new_id, pieces in zip(record.new_ids[:50], decompositions):
+        assert tokenizer.decode(pieces) == tokenizer.decode([new_id])
+    assert record.shared_pairs()[:3] == [(0, 0), (1, 1), (2, 2)]
+    assert record.special_tokens["<s>"] == source.bos_token_id

@@ -1,0 +1,128 @@
+"""Tokenizer merge (extend mode) for every family: ids kept, tokens inside the model, round trips, reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from conftest import FAMILIES
+from vocabshift.errors import IncompatibleTokenizerError
+from vocabshift.vocab import merge_tokenizers, train_tokenizer
+from vocabshift.vocab.forms import backend_state
+
+
+@pytest.fixture(scope="module")
+def merged(tokenizers_en, tokenizers_ru, ru_held, en_held):
+    return {
+        family: merge_tokenizers(tokenizers_en[family], tokenizers_ru[family], target_texts=ru_held,
+                                 source_texts=en_held)
+        for family in FAMILIES
+    }
+
+
+def _round_trip(tokenizer, text):
+    return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_old_ids_keep_their_tokens_and_new_ones_follow(tokenizers_en, merged, family):
+    old, (new, report) = tokenizers_en[family], merged[family]
+    old_vocab, new_vocab = old.get_vocab(), new.get_vocab()
+    assert all(new_vocab[token] == index for token, index in old_vocab.items())
+    assert sorted(set(new_vocab.values()) - set(old_vocab.values())) == list(range(len(old), len(new)))
+    assert report.tokens_added == len(new) - len(old) > 0
+    assert new.all_special_tokens == old.all_special_tokens
+    assert [new.convert_tokens_to_ids(t) for t in old.all_special_tokens] == old.all_special_ids
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_new_tokens_live_in_the_model_not_as_added_tokens(tokenizers_en, merged, family):
+    old, (new, _) = tokenizers_en[family], merged[family]
+    assert new.added_tokens_decoder.keys() == old.added_tokens_decoder.keys()
+    assert new.backend_tokenizer.get_vocab_size(with_added_tokens=False) > old.backend_tokenizer.get_vocab_size(
+        with_added_tokens=False
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_old_pipeline_stays(tokenizers_en, merged, family):
+    old, new = backend_state(tokenizers_en[family]), backend_state(merged[family][0])
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        assert new[part] == old[part]
+    assert merged[family][0].chat_template == tokenizers_en[family].chat_template
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_round_trip_on_both_languages(tokenizers_en, tokenizers_ru, merged, en_held, ru_held, family):
+    """Lossless families round-trip exactly. Lossy ones (lower-casing, unknown characters) round-trip like the
+    tokenizer that covers the language, on every line that tokenizer covers without unknown tokens."""
+    new = merged[family][0]
+    lossless = family in ("bytelevel", "sentencepiece")
+    for texts, covering in ((en_held, tokenizers_en[family]), (ru_held, tokenizers_ru[family])):
+        for text in texts:
+            if lossless:
+                assert _round_trip(new, text) == text
+            elif covering.unk_token_id not in covering.encode(text, add_special_tokens=False):
+                assert _round_trip(new, text) == _round_trip(covering, text)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_survives_save_and_reload(merged, ru_held, en_held, tmp_path, family):
+    new = merged[family][0]
+    new.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(reloaded) == len(new)
+    texts = ru_held[:50] + en_held[:50]
+    assert reloaded(texts)["input_ids"] == new(texts)["input_ids"]
+
+
+@pytest.mark.parametrize("family", ["bytelevel", "sentencepiece"])
+def test_report_figures(merged, family):
+    report = merged[family][1]
+    assert report.target_tokens_per_word_after < 0.7 * report.target_tokens_per_word_before
+    assert report.source_lines_changed <= 0.01
+
+
+def test_every_added_bpe_token_is_reachable(merged):
+    tokenizer = merged["bytelevel"][0]
+    model = tokenizer.backend_tokenizer.model
+    for token, index in tokenizer.get_vocab().items():
+        if index >= 700:
+            assert [t.value for t in model.tokenize(token)] == [token]
+
+
+def test_specials_after_the_vocabulary_keep_their_ids(tokenizers_en, tokenizers_ru):
+    """Llama-3 keeps its special tokens after the BPE vocabulary; appending must not renumber them."""
+    state = backend_state(tokenizers_en["bytelevel"])
+    vocab = state["model"]["vocab"]
+    specials = [entry for entry in state["added_tokens"]]
+    for entry in specials:
+        del vocab[entry["content"]]
+    shift = {piece: index - len(specials) for piece, index in vocab.items()}
+    state["model"]["vocab"] = shift
+    top = len(shift)
+    for offset, entry in enumerate(specials):
+        entry["id"] = top + offset
+    old = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)), eos_token="<|im_end|>")
+    new, _ = merge_tokenizers(old, tokenizers_ru["bytelevel"])
+    for entry in specials:
+        assert new.convert_tokens_to_ids(entry["content"]) == entry["id"]
+    assert len(set(new.get_vocab().values())) == len(new)
+
+
+def test_different_model_kinds_are_refused(tokenizers_en, tokenizers_ru):
+    with pytest.raises(IncompatibleTokenizerError, match="Cannot extend a BPE tokenizer with the Unigram"):
+        merge_tokenizers(tokenizers_en["bytelevel"], tokenizers_ru["unigram"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_train_tokenizer_like_gives_a_mergeable_tokenizer(tokenizers_en, ru_lines, family):
+    old = tokenizers_en[family]
+    new = train_tokenizer(ru_lines, like=old, vocab_size=800)
+    assert backend_state(new)["model"]["type"] == backend_state(old)["model"]["type"]
+    assert backend_state(new)["pre_tokenizer"] == backend_state(old)["pre_tokenizer"]
+    merged, report = merge_tokenizers(old, new)
+    assert report.tokens_added > 0
