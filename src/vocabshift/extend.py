@@ -18,6 +18,7 @@ from .errors import (
     InvalidArgumentError,
     MethodResultError,
     NoNewTokensError,
+    TokenizerLoadError,
     TokenizerMismatchError,
     UnsupportedModelError,
 )
@@ -185,7 +186,13 @@ def _embeddings(model: Any) -> _Embeddings:
 def _default_source(model: Any, source_tokenizer: Any) -> Any:
     if source_tokenizer is not None:
         return source_tokenizer
-    return str(getattr(model, "name_or_path", "") or "")
+    path = str(getattr(model, "name_or_path", "") or "")
+    if not path:
+        raise TokenizerLoadError(
+            f"source_tokenizer was not given and model.name_or_path is empty (a {type(model).__name__} built in "
+            "memory): pass source_tokenizer=<the model's tokenizer>."
+        )
+    return path
 
 
 def _check_belongs(model: Any, source: Any, embeddings: _Embeddings) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,5 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
 
 
 def fingerprint(tokenizer: Any) -> str:
-    """SHA-256 of a tokenizer's `tokenizer.json` content (key order normalized)."""
-    state = json.loads(tokenizer.backend_tokenizer.to_str())
-    return hashlib.sha256(json.dumps(state, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    """SHA-256 of a tokenizer's `tokenizer.json` content (its serialization is ordered by id, so stable)."""
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()

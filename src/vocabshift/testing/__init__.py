@@ -1,0 +1,1 @@
+"""Helpers for vocabshift's own tests, benchmarks and demo (not part of the stable API)."""
