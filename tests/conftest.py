@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (
     BertConfig,
     BertModel,
@@ -25,6 +25,9 @@ from transformers import (
 from vocabshift.testing.corpora import read_corpus, smollm2
 
 FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
+QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 def read_lines(language: str, count: int, *, skip: int = 0) -> list[str]:
@@ -76,8 +79,12 @@ def _build(family: str, lines: list[str], size: int) -> Tokenizer:
         return _sentencepiece_bpe(lines, size)
     if family == "bytelevel":
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-        tokenizer = Tokenizer(models.BPE())
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer = Tokenizer(models.BPE())  # the Qwen2 / Llama-3 pipeline: NFC, split regex, byte-level
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        )
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()

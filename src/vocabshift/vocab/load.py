@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -60,5 +61,11 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
 
 
 def fingerprint(tokenizer: Any) -> str:
-    """SHA-256 of a tokenizer's `tokenizer.json` content (its serialization is ordered by id, so stable)."""
-    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+    """SHA-256 of a tokenizer's id -> token map (added tokens included).
+
+    Only what ties ids to embedding rows counts: transformers may rebuild a tokenizer's pipeline on reload (e.g. a
+    Qwen2 folder always loads as `Qwen2Tokenizer`), which changes its serialization but not its vocabulary.
+    """
+    vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
+    pairs = sorted((index, token) for token, index in vocab.items())
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
