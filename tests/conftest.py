@@ -198,3 +198,12 @@ def smollm2_dir() -> Path:
         subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
     return folder
 
+
+
+@pytest.fixture
+def loopback_hub():
+    """A `LoopbackHub` serving on 127.0.0.1 with this process's huggingface_hub and transformers pointed at it."""
+    from vocabshift.testing import LoopbackHub
+
+    with LoopbackHub() as hub:
+        yield hub

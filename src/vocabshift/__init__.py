@@ -12,9 +12,11 @@ from transformers import PreTrainedModel
 from . import methods
 from .errors import VocabShiftError
 from .extend import extend_vocabulary
+from .hub import model_card, push_to_hub
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
+from .save import save_pretrained_atomic
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 
 __all__ = [
@@ -31,7 +33,10 @@ __all__ = [
     "list_methods",
     "merge_tokenizers",
     "methods",
+    "model_card",
+    "push_to_hub",
     "register_method",
+    "save_pretrained_atomic",
     "tokens_per_word",
     "train_tokenizer",
 ]
