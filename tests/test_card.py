@@ -95,8 +95,8 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
         method="random", mode="replace", source_model="org/base-7b", new_vocab_size=60, new_num_rows=64,
         new_token_ranges=[[4, 40], [44, 60]], shared=pack_ids([0, 0, 1, 1, 2, 2, 3, 3, 40, 10, 41, 11, 42, 12, 43, 13]),
         method_config={}, diagnostics={}, tokenizer_report={},
-        cpt=[{"step": 0, "loss": 4.21, "tokens_seen": 0}, {"step": 50, "loss": 2.875, "tokens_seen": 51200,
-                                                          "command": "vocabshift train out/base-7b-ru ru.txt --steps 50"}],
+        cpt=[{"step": 0, "loss": 4.21, "tokens_seen": 0},
+             {"step": 50, "loss": 2.875, "tokens_seen": 51200, "command": "vocabshift train out/base-7b-ru ru.txt"}],
         propagation=[{"base": "org/base-7b", "adapted": "me/base-7b-ru", "instruct": "org/base-7b-instruct",
                       "method": "conversion", "residual": {"input": 0.0312}}],
     )

@@ -53,8 +53,9 @@ def test_push_sharded_model_and_reload_it(extended, tmp_path, loopback_hub):
 
     reloaded = AutoModelForCausalLM.from_pretrained(REPO)
     reloaded_tokenizer = AutoTokenizer.from_pretrained(REPO)
-    ids = tokenizer("Съешь же ещё этих мягких французских булок", add_special_tokens=False)["input_ids"]
-    assert reloaded_tokenizer("Съешь же ещё этих мягких французских булок", add_special_tokens=False)["input_ids"] == ids
+    text = "Съешь же ещё этих мягких французских булок"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert reloaded_tokenizer(text, add_special_tokens=False)["input_ids"] == ids
     assert torch.equal(logits(model, ids), logits(reloaded, ids))
     assert vocabshift.get_record(reloaded) == vocabshift.get_record(model)
     with warnings.catch_warnings():
@@ -88,6 +89,15 @@ def test_push_to_a_branch_leaves_main_alone(extended, tmp_path, loopback_hub):
     assert "model.safetensors" in loopback_hub.files(REPO, revision="dev")
     reloaded = AutoModelForCausalLM.from_pretrained(REPO, revision="dev")
     assert torch.equal(logits(model, [1, 2, 3]), logits(reloaded, [1, 2, 3]))
+
+
+def test_a_repo_id_without_namespace_goes_to_the_users_and_the_card_names_it(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    url = vocabshift.push_to_hub(folder, "tiny-plain")
+    assert "/loopback-user/tiny-plain/commit/" in url
+    readme = loopback_hub.files("loopback-user/tiny-plain")["README.md"].decode()
+    assert 'from_pretrained("loopback-user/tiny-plain")' in readme
 
 
 def test_push_refuses_pickles_and_incomplete_folders_before_any_request(extended, tmp_path, loopback_hub):

@@ -37,7 +37,7 @@ def siblings(folder: Path) -> list[str]:
 
 
 # The child saves another model; its tokenizer save stalls after the model shards are written, then it is killed.
-CHILD_SAVE = """
+CHILD_SAVE = f"""
 import sys, time, torch, vocabshift
 from transformers import LlamaConfig, LlamaForCausalLM
 class StallingTokenizer:
@@ -45,9 +45,9 @@ class StallingTokenizer:
         open(sys.argv[2], "w").write(str(folder))
         time.sleep(120)
 torch.manual_seed(1)
-model = LlamaForCausalLM(LlamaConfig(**{tiny}))
+model = LlamaForCausalLM(LlamaConfig(**{TINY}))
 vocabshift.save_pretrained_atomic(model, StallingTokenizer(), sys.argv[1], max_shard_size="20KB")
-""".format(tiny=TINY)
+"""
 
 
 def test_a_save_killed_midway_leaves_the_previous_output(tmp_path):

@@ -100,7 +100,8 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
 def _saved_shapes(folder: Path) -> dict[str, list[int]]:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise ModelFolderError(f"{str(folder)!r} has no *.safetensors weights: pass a folder written by save_pretrained.")
+        raise ModelFolderError(f"{str(folder)!r} has no *.safetensors weights: pass a folder written by "
+                               "save_pretrained.")
     shapes = {}
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
@@ -111,9 +112,9 @@ def _saved_shapes(folder: Path) -> dict[str, list[int]]:
 def _parameter_names(config: Any) -> tuple[list[str], list[str]]:
     """Names of the input embedding and of the output head weights, from a model built on the meta device."""
     architecture = (config.architectures or [None])[0]
-    model_class = getattr(transformers, architecture or "", None) or transformers.AutoModel
+    model_class = getattr(transformers, architecture or "", None)
     with torch.device("meta"):
-        model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class.from_config(config)
+        model = model_class(config) if model_class else transformers.AutoModel.from_config(config)
     inputs, head = model.get_input_embeddings().weight, getattr(model.get_output_embeddings(), "weight", None)
     named = list(model.named_parameters(remove_duplicate=False))
     return [n for n, p in named if p is inputs], [n for n, p in named if head is not None and p is head]

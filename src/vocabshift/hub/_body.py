@@ -121,7 +121,8 @@ def _reproduce(record: ExtensionRecord, method: dict[str, Any], output: str, rep
     lines = [f"pip install vocabshift{version}",
              f"# new tokenizer: the one whose tokenizer.json has sha256 {record.target_tokenizer_sha256[:16]}…",
              " \\\n    ".join(command)]
-    for step, entries in (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation)):
+    steps = (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation))
+    for step, entries in steps:
         commands = [entry["command"] for entry in entries if isinstance(entry.get("command"), str)]
         lines += commands or ([f"# then {step}: see the table above"] if entries else [])
     return lines + [_card_command(output, card_options), f"vocabshift push {output} {repo_id}"]

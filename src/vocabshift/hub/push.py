@@ -37,7 +37,8 @@ def push_to_hub(
     Args:
         folder (`str | os.PathLike`): a folder written by `save_pretrained` (config.json and `*.safetensors`).
         repo_id (`str`): `namespace/name` of the model repo.
-        private (`bool`, defaults to `False`): visibility of a repo created by this call (an existing repo keeps its own).
+        private (`bool`, defaults to `False`): visibility of a repo created by this call (an existing repo keeps
+            its own).
         token (`str`, *optional*): a Hub token with write access; defaults to `HF_TOKEN` or the stored login.
         revision (`str`, *optional*): the branch to commit to, created from `main` if missing; defaults to `main`.
         commit_message (`str`, *optional*): defaults to `"Upload <folder name> with vocabshift"`.
@@ -62,7 +63,10 @@ def push_to_hub(
     _check_folder(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
     api = HfApi(token=token)
-    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    if card is not None and created != repo_id:  # the Hub added the namespace: name it in the usage code
+        card = str(model_card(folder, repo_id=created)).encode("utf-8")
+    repo_id = created
     if revision is not None:
         api.create_branch(repo_id, branch=revision, exist_ok=True)
     head = api.repo_info(repo_id, revision=revision, files_metadata=False)

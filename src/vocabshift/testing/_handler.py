@@ -17,8 +17,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ._store import Commit, Repo, StoreError
-from ._yaml import card_metadata, validate_card
+from ._store import Repo, StoreError
+from ._views import commit_json, repo_info, tree
+from ._yaml import validate_card
 
 __all__ = ["Handler"]
 
@@ -173,19 +174,19 @@ class Handler(BaseHTTPRequestHandler):
             self.hub.store.create_repo(repo_type, repo_id, private=private)
         except StoreError as error:
             self._read_body()
-            return self._send(409, json.dumps({"error": error.message, "url": self.hub.repo_url(repo_type, repo_id)}).encode())
+            body = {"error": error.message, "url": self.hub.repo_url(repo_type, repo_id)}
+            return self._send(409, json.dumps(body).encode())
         self._json({"url": self.hub.repo_url(repo_type, repo_id), "name": repo_id})
 
     def _repo_api(self, method: str, repo: Repo, rest: list[str]) -> None:
-        head, args = (rest[0] if rest else ""), rest[1:]
+        head, args, blobs = (rest[0] if rest else ""), rest[1:], self.hub.store.blobs
         if method == "GET" and (not rest or head == "revision"):
-            return self._json(self._info(repo, repo.resolve(args[0] if args else "main")))
+            return self._json(repo_info(blobs, repo, repo.resolve(args[0] if args else "main")))
         if method == "GET" and head == "tree" and args:
-            return self._json(self._tree(repo.resolve(args[0]), "/".join(args[1:]), self._flag("recursive")))
+            return self._json(tree(blobs, repo.resolve(args[0]), "/".join(args[1:]), self._flag("recursive")))
         if method == "POST" and head == "paths-info" and args:
-            form = parse_qs(self._read_body().decode())
-            commit = repo.resolve(args[0])
-            return self._json([e for p in form.get("paths", []) for e in self._tree(commit, p, False, exact=True)])
+            paths, commit = parse_qs(self._read_body().decode()).get("paths", []), repo.resolve(args[0])
+            return self._json([entry for path in paths for entry in tree(blobs, commit, path, False, exact=True)])
         if method == "POST" and head == "preupload" and args:
             return self._preupload(repo, args[0], self._json_body())
         if method == "POST" and head == "commit" and args:
@@ -199,45 +200,15 @@ class Handler(BaseHTTPRequestHandler):
                 self.hub.store.delete_branch(repo, args[0])
             return self._json({})
         if method == "GET" and head == "refs":
-            branches = [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": c} for n, c in sorted(repo.branches.items())]
+            branches = [{"name": name, "ref": f"refs/heads/{name}", "targetCommit": oid}
+                        for name, oid in sorted(repo.branches.items())]
             return self._json({"branches": branches, "converts": [], "tags": [], "pullRequests": []})
         if method == "GET" and head == "commits" and args:
-            return self._json([_commit_json(c, self.hub.user) for c in repo.history(args[0])])
+            return self._json([commit_json(c, self.hub.user) for c in repo.history(args[0])])
         raise StoreError(404, None, f"No route for {method} {self.path}")
 
     def _flag(self, name: str) -> bool:
         return self.query.get(name, ["false"])[0].lower() in ("1", "true")
-
-    def _info(self, repo: Repo, commit: Commit) -> dict[str, Any]:
-        blobs = self.hub.store.blobs
-        readme = commit.files.get("README.md")
-        card = card_metadata(blobs[readme.sha256].decode("utf-8", "replace")) if readme else {}
-        siblings = [{"rfilename": p, "size": e.size, "blobId": e.blob_id(blobs),
-                     **({"lfs": {"sha256": e.sha256, "size": e.size, "pointerSize": len(e.pointer)}} if e.lfs else {})}
-                    for p, e in sorted(commit.files.items())]
-        return {"id": repo.repo_id, "modelId": repo.repo_id, "author": repo.repo_id.split("/")[0], "sha": commit.oid,
-                "private": repo.private, "disabled": False, "gated": False, "lastModified": commit.date,
-                "createdAt": repo.created, "siblings": siblings, "cardData": card or None,
-                "tags": card.get("tags") or [], "library_name": card.get("library_name"),
-                "pipeline_tag": card.get("pipeline_tag")}
-
-    def _tree(self, commit: Commit, path: str, recursive: bool, *, exact: bool = False) -> list[dict[str, Any]]:
-        """Entries under folder `path` (one level or all), or, with `exact`, the entry at `path` itself."""
-        blobs, path = self.hub.store.blobs, path.strip("/")
-        if exact or (path and path in commit.files):
-            entry = commit.files.get(path)
-            folder = any(p.startswith(path + "/") for p in commit.files)
-            return [_file_json(path, entry, blobs)] if entry else ([_folder_json(path)] if folder else [])
-        prefix = path + "/" if path else ""
-        below = sorted(p[len(prefix):] for p in commit.files if p.startswith(prefix))
-        if path and not below:
-            raise StoreError(404, "EntryNotFound", f"{path} does not exist on this revision")
-        folders = sorted({"/".join(r.split("/")[:i]) for r in below for i in range(1, r.count("/") + 1)})
-        if not recursive:
-            folders = [f for f in folders if "/" not in f]
-            below = [r for r in below if "/" not in r]
-        return ([_folder_json(prefix + f) for f in folders]
-                + [_file_json(prefix + r, commit.files[prefix + r], blobs) for r in below])
 
     def _preupload(self, repo: Repo, revision: str, body: dict[str, Any]) -> None:
         files = repo.resolve(revision).files if revision in repo.branches else {}
@@ -318,17 +289,3 @@ def _repo_id(body: dict[str, Any], user: str) -> str:
     return f"{body.get('organization') or user}/{body['name']}"
 
 
-def _file_json(path: str, entry: Any, blobs: dict[str, bytes]) -> dict[str, Any]:
-    out = {"type": "file", "path": path, "size": entry.size, "oid": entry.blob_id(blobs)}
-    if entry.lfs:
-        out["lfs"] = {"oid": entry.sha256, "size": entry.size, "pointerSize": len(entry.pointer)}
-    return out
-
-
-def _folder_json(path: str) -> dict[str, Any]:
-    return {"type": "directory", "path": path, "oid": hashlib.sha1(path.encode()).hexdigest()}
-
-
-def _commit_json(commit: Commit, user: str) -> dict[str, Any]:
-    return {"id": commit.oid, "title": commit.title, "message": commit.message, "date": commit.date,
-            "authors": [{"user": user}]}

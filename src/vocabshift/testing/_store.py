@@ -113,7 +113,8 @@ class Store:
             repo = Repo(repo_id, repo_type, private, _now())
             self.repos[(repo_type, repo_id)] = repo
             key = self.put_blob(_GITATTRIBUTES)
-            self._commit(repo, "main", None, "initial commit", "", {".gitattributes": FileEntry(key, len(_GITATTRIBUTES), False)})
+            files = {".gitattributes": FileEntry(key, len(_GITATTRIBUTES), False)}
+            self._commit(repo, "main", None, "initial commit", "", files)
             return repo
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:

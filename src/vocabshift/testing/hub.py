@@ -104,7 +104,8 @@ class LoopbackHub:
         if self._saved is not None:
             return
         env = self.environ()
-        values = {"ENDPOINT": self.url, "HUGGINGFACE_CO_URL_TEMPLATE": self.url + "/{repo_id}/resolve/{revision}/{filename}",
+        values = {"ENDPOINT": self.url,
+                  "HUGGINGFACE_CO_URL_TEMPLATE": self.url + "/{repo_id}/resolve/{revision}/{filename}",
                   "HF_HUB_DISABLE_XET": True, "HF_HUB_OFFLINE": False, "HF_HUB_CACHE": env["HF_HUB_CACHE"]}
         self._saved = {"constants": {name: getattr(constants, name) for name in values},
                        "environ": {name: os.environ.get(name) for name in env}}
