@@ -199,7 +199,6 @@ def smollm2_dir() -> Path:
     return folder
 
 
-
 @pytest.fixture
 def loopback_hub():
     """A `LoopbackHub` serving on 127.0.0.1 with this process's huggingface_hub and transformers pointed at it."""

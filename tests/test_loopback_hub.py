@@ -127,6 +127,17 @@ def test_card_validation_follows_the_hubs_metadata_rules(loopback_hub):
         ModelCard("---\nlicense: other\n---\nbody").validate()
 
 
+def test_malformed_and_chunked_requests_get_clear_errors(loopback_hub):
+    from huggingface_hub.utils import httpx
+
+    headers = {"Authorization": f"Bearer {loopback_hub.token}"}
+    response = httpx.post(f"{loopback_hub.url}/api/repos/create", json={"type": "model"}, headers=headers)
+    assert response.status_code == 400 and "KeyError" in response.headers["X-Error-Message"]
+    chunks = iter([b'{"name": ', b'"x"}'])
+    response = httpx.post(f"{loopback_hub.url}/api/repos/create", content=chunks, headers=headers)
+    assert response.status_code == 411
+
+
 def test_the_client_configuration_is_restored():
     from huggingface_hub import constants
 

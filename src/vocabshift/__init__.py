@@ -13,6 +13,7 @@ from . import methods
 from .errors import VocabShiftError
 from .extend import extend_vocabulary
 from .hub import model_card, push_to_hub
+from .inspection import inspect_folder
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
@@ -30,6 +31,7 @@ __all__ = [
     "extend_vocabulary",
     "get_method",
     "get_record",
+    "inspect_folder",
     "list_methods",
     "merge_tokenizers",
     "methods",

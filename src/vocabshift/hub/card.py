@@ -17,7 +17,7 @@ from ..errors import ModelFolderError, RecordError
 from ..record import CONFIG_KEY, ExtensionRecord
 from ._body import body, hub_id
 
-__all__ = ["TEMPLATE_PATH", "model_card"]
+__all__ = ["model_card"]
 
 logger = logging.getLogger(__name__)
 

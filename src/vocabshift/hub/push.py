@@ -70,16 +70,22 @@ def push_to_hub(
     if revision is not None:
         api.create_branch(repo_id, branch=revision, exist_ok=True)
     head = api.repo_info(repo_id, revision=revision, files_metadata=False)
+    remote = [sibling.rfilename for sibling in head.siblings or []]
+    info = api.create_commit(repo_id, operations=_operations(folder, files, card, remote), revision=revision,
+                             parent_commit=head.sha,
+                             commit_message=commit_message or f"Upload {folder.resolve().name} with vocabshift")
+    return info.commit_url
+
+
+def _operations(folder: Path, files: list[str], card: bytes | None,
+                remote: list[str]) -> list[CommitOperationAdd | CommitOperationDelete]:
+    """Add every file (and the generated card); delete the repo's safetensors files the folder no longer has."""
     operations: list[CommitOperationAdd | CommitOperationDelete] = [
         CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(folder / path)) for path in files]
     if card is not None:
         operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card))
-    remote = [sibling.rfilename for sibling in head.siblings or []]
-    operations += [CommitOperationDelete(path_in_repo=path) for path in remote
-                   if path not in files and any(fnmatch.fnmatch(path, p) for p in _WEIGHT_PATTERNS)]
-    info = api.create_commit(repo_id, operations=operations, revision=revision, parent_commit=head.sha,
-                             commit_message=commit_message or f"Upload {folder.resolve().name} with vocabshift")
-    return info.commit_url
+    return operations + [CommitOperationDelete(path_in_repo=path) for path in remote
+                         if path not in files and any(fnmatch.fnmatch(path, p) for p in _WEIGHT_PATTERNS)]
 
 
 def _files(folder: Path) -> list[str]:
