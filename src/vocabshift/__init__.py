@@ -15,13 +15,16 @@ from .extend import extend_vocabulary
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
+from .training import EmbeddingOnlyCallback, SecondStage
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 
 __all__ = [
+    "EmbeddingOnlyCallback",
     "ExtensionRecord",
     "InitContext",
     "InitResult",
     "MergeReport",
+    "SecondStage",
     "VocabShiftError",
     "__version__",
     "align",

@@ -16,6 +16,7 @@ __all__ = [
     "RecordError",
     "TokenizerLoadError",
     "TokenizerMismatchError",
+    "TrainingSetupError",
     "UnknownMethodError",
     "UnsupportedModelError",
     "UnsupportedTokenizerError",
@@ -73,3 +74,7 @@ class UnsupportedModelError(VocabShiftError, TypeError):
 
 class RecordError(VocabShiftError, ValueError):
     """A model carries no ExtensionRecord, or one that cannot be read."""
+
+
+class TrainingSetupError(VocabShiftError, RuntimeError):
+    """A training setup in which embedding-only training cannot be made safe (e.g. an optimizer built before freezing)."""
