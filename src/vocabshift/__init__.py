@@ -15,25 +15,29 @@ from .extend import extend_vocabulary
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
-from .training import EmbeddingOnlyCallback, SecondStage
+from .training import EmbeddingOnlyCallback, Evaluation, ProbeResult, SecondStage, evaluate, probe
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 
 __all__ = [
     "EmbeddingOnlyCallback",
+    "Evaluation",
     "ExtensionRecord",
     "InitContext",
     "InitResult",
     "MergeReport",
+    "ProbeResult",
     "SecondStage",
     "VocabShiftError",
     "__version__",
     "align",
+    "evaluate",
     "extend_vocabulary",
     "get_method",
     "get_record",
     "list_methods",
     "merge_tokenizers",
     "methods",
+    "probe",
     "register_method",
     "tokens_per_word",
     "train_tokenizer",
