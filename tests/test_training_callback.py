@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState
 from peft import LoraConfig
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -201,7 +202,7 @@ def test_refuses_a_record_for_another_size(tokenizers_en, tokenizers_ru, tmp_pat
         Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback()])
 
 
-def test_refuses_bad_options_and_backends(tokenizers_en, tokenizers_ru, tmp_path):
+def test_refuses_bad_options(tokenizers_en, tokenizers_ru, tmp_path):
     model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     with pytest.raises(InvalidArgumentError, match="head is tied"):
         Trainer(model=model, args=arguments(tmp_path),
@@ -210,8 +211,17 @@ def test_refuses_bad_options_and_backends(tokenizers_en, tokenizers_ru, tmp_path
         vocabshift.EmbeddingOnlyCallback(head_learning_rate=0)
     with pytest.raises(InvalidArgumentError, match="after_step=-1"):
         SecondStage(after_step=-1)
+    with pytest.raises(InvalidArgumentError, match="lora is a dict: pass a peft.LoraConfig"):
+        SecondStage(after_step=1, lora={"r": 8})
+
+
+@pytest.mark.parametrize("plugin, name", [("deepspeed_plugins", "DeepSpeed"), ("fsdp_plugin", "FSDP")])
+def test_refuses_row_masks_under_sharding_backends(tokenizers_en, tokenizers_ru, tmp_path, monkeypatch, plugin, name):
+    """DeepSpeed and FSDP need accelerators; the callback reads accelerate's state as the Trainer does."""
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     args = arguments(tmp_path)
-    args.deepspeed = {"zero_optimization": {"stage": 3}}  # what the callback sees under DeepSpeed
-    with pytest.raises(TrainingSetupError, match="under DeepSpeed.*TrainableTokensConfig"):
+    monkeypatch.setitem(AcceleratorState._shared_state, plugin, {"default": object()})
+    with pytest.raises(TrainingSetupError, match=f"under {name}.*TrainableTokensConfig"):
         vocabshift.EmbeddingOnlyCallback().on_init_end(args, None, None, model=model)
     vocabshift.EmbeddingOnlyCallback(rows="all").on_init_end(args, None, None, model=model)  # plain freezing
+    assert [p.requires_grad for p in model.parameters()].count(True) == 1

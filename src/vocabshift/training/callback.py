@@ -7,7 +7,7 @@ after `on_init_end` and before `on_train_begin`, so the callback freezes in `on_
 
 from __future__ import annotations
 
-import os
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +29,7 @@ from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lo
 
 __all__ = ["EmbeddingOnlyCallback"]
 
+logger = logging.getLogger(__name__)
 _PREFIX = "vocabshift/"
 
 
@@ -170,7 +171,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if s.get("tuner") is not None:
             merge_lora(s["tuner"])
             s["tuner"] = None
-        record_cpt(self._model, self._entry(args, state))
+        if not record_cpt(self._model, self._entry(args, state)):
+            logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
     def _maybe_open_gate(self, state) -> None:
         gate = self._state.get("gate")
@@ -238,11 +240,9 @@ def _check_optimizer(optimizer: Any, model: Any, trainable: list[torch.nn.Parame
 
 def _refuse_backend(args: Any, callback: EmbeddingOnlyCallback) -> None:
     """DeepSpeed steps inside backward() and FSDP2 skips tensor hooks: only plain freezing is safe there."""
-    deepspeed = bool(getattr(args, "deepspeed", None)) or _env_flag("ACCELERATE_USE_DEEPSPEED")
-    fsdp = bool(getattr(args, "fsdp", None)) or _env_flag("ACCELERATE_USE_FSDP")
+    backend = _sharding_backend(args)
     plain = callback.rows == "all" and callback.head_learning_rate is None and callback.second_stage is None
-    if (deepspeed or fsdp) and not plain:
-        backend = "DeepSpeed" if deepspeed else "FSDP"
+    if backend is not None and not plain:
         raise TrainingSetupError(
             f"EmbeddingOnlyCallback cannot keep rows fixed (or gate the body) under {backend}: the optimizer step "
             "bypasses its gradient masks. Use rows='all' without head_learning_rate/second_stage, or train the "
@@ -250,5 +250,16 @@ def _refuse_backend(args: Any, callback: EmbeddingOnlyCallback) -> None:
         )
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "false").lower() in ("1", "true", "yes")
+def _sharding_backend(args: Any) -> str | None:
+    """"DeepSpeed", "FSDP" or None, read where the Trainer decides it: the plugins in accelerate's state.
+
+    (Neither `args.fsdp` nor ACCELERATE_USE_FSDP is enough: on a machine without GPUs the Trainer runs DDP with both.)
+    """
+    from accelerate.state import AcceleratorState
+
+    state = AcceleratorState._shared_state
+    if state.get("deepspeed_plugins"):
+        return "DeepSpeed"
+    if state.get("fsdp_plugin") is not None:
+        return "FSDP"
+    return None

@@ -16,7 +16,7 @@ from ..record import CONFIG_KEY, get_record
 from ..vocab.stats import tokens_per_word
 from .metrics import token_nll
 
-__all__ = ["Evaluation", "ModelScores", "evaluate"]
+__all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def evaluate(
 
 
 def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options: dict[str, Any]) -> ModelScores:
-    with _eval_mode(model):
+    with eval_mode(model):
         ids, nll = token_nll(model, tokenizer, texts, **options)
     num_bytes = len("\n".join(texts).encode("utf-8"))
     new_ids = _new_ids(model)
@@ -168,7 +168,7 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: Any) -> Iterator[None]:
     """Score without dropout, then give the model back in the mode it was in."""
     training = model.training
     model.eval()

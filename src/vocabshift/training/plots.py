@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_curves"]
+__all__ = ["plot_curves", "require_matplotlib"]
 
 
 def plot_curves(
@@ -25,7 +25,7 @@ def plot_curves(
     Raises:
         `ImportError`: if matplotlib is not installed, with the pip command that adds it.
     """
-    figure = _figure_class()(figsize=(7, 4.5), layout="constrained")
+    figure = require_matplotlib()(figsize=(7, 4.5), layout="constrained")
     axes = figure.subplots()
     for name, points in curves.items():
         steps, values = zip(*points)
@@ -42,7 +42,12 @@ def plot_curves(
     return path
 
 
-def _figure_class() -> Any:
+def require_matplotlib() -> Any:
+    """matplotlib's `Figure` class.
+
+    Raises:
+        `ImportError`: if matplotlib is not installed, with the pip command that adds it.
+    """
     try:
         from matplotlib.figure import Figure
     except ImportError:

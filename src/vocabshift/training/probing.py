@@ -21,10 +21,10 @@ from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..registry import get_method
 from ..vocab.load import load_tokenizer
-from .evaluation import _eval_mode
+from .evaluation import eval_mode
 from .freeze import freeze_for_embedding_training
 from .metrics import bits_per_byte
-from .plots import _figure_class, plot_curves
+from .plots import plot_curves, require_matplotlib
 
 __all__ = ["ProbeResult", "probe"]
 
@@ -138,10 +138,10 @@ def probe(
     """
     options = _check(methods, method_options, steps, eval_every, held_out_texts)
     if output_dir is not None:
-        _figure_class()  # fail now, not after the whole run, if matplotlib is missing
+        require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
-    with _eval_mode(model):
+    with eval_mode(model):
         original = bits_per_byte(model, source, held_out_texts)
     curves, seconds = {}, {}
     for method in tqdm(methods, desc="Probing methods"):
@@ -199,7 +199,7 @@ def _train(model: Any, tokenizer: Any, blocks: torch.Tensor, held_out: Sequence[
            eval_every: int, lr: float, weight_decay: float, seed: int) -> list[tuple[int, float]]:
     """Embedding-only AdamW steps over `blocks`; held-out bits per byte at step 0, every `eval_every`, and the end."""
     def score() -> float:
-        with _eval_mode(model):
+        with eval_mode(model):
             return bits_per_byte(model, tokenizer, held_out)
 
     guard = freeze_for_embedding_training(model, rows=rows)
