@@ -32,6 +32,7 @@ def plot_curves(
         axes.plot(steps, values, marker="o", markersize=3, label=name)
     if reference is not None:
         axes.axhline(reference[1], color="grey", linestyle="--", label=reference[0])
+    axes.xaxis.get_major_locator().set_params(integer=True)
     axes.set(xlabel="step", ylabel=ylabel, title=title)
     axes.grid(alpha=0.3)
     axes.legend()
