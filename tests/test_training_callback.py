@@ -117,6 +117,10 @@ def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers
     (inputs, head), (_, head_at_h), (inputs_at_l, head_at_l) = results
     torch.testing.assert_close(head, head_at_h, rtol=0, atol=1e-6)
     assert torch.equal(inputs, inputs_at_l) and not torch.allclose(head, head_at_l)
+    trainer = Trainer(model=model, args=arguments(tmp_path, optim="adafactor"), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)])
+    with pytest.raises(TrainingSetupError, match="SGD, Adam and AdamW .* not Adafactor"):
+        trainer.train()
 
 
 class Snapshots(TrainerCallback):

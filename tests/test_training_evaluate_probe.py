@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 import vocabshift
 from conftest import make_model
-from vocabshift.errors import InvalidArgumentError, RecordError, UnknownMethodError
+from vocabshift.errors import InvalidArgumentError, MethodOptionError, RecordError, UnknownMethodError
 from vocabshift.training import bits_per_byte
 
 
@@ -105,6 +105,9 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
     with pytest.raises(InvalidArgumentError, match=r"method_options names \['mean'\]"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], method_options={"mean": {}},
                          source_tokenizer=source)
+    with pytest.raises(MethodOptionError, match="input_weighting"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random", "subword"],
+                         method_options={"subword": {"input_weighting": "nope"}}, source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="steps=0 is invalid"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], steps=0, source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="fewer than one block of context_length=128"):

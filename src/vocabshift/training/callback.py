@@ -133,6 +133,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         self._maybe_open_gate(state)
         s["head"] = None
         if self.head_learning_rate is not None:
+            _check_linear_in_lr(optimizer)
             ratio = self.head_learning_rate / args.learning_rate
             s["head"] = _HeadRate(s["embeddings"][1], s["ids"], ratio)
         s["new_ids"] = _new_ids(model)
@@ -223,6 +224,16 @@ def _new_ids(model: Any) -> torch.Tensor | None:
     return torch.tensor(get_record(model).new_ids, dtype=torch.long)
 
 
+def _check_linear_in_lr(optimizer: Any) -> None:
+    """head_learning_rate scales the head's update: exact only where the update is proportional to the rate."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+    if not isinstance(inner, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)):
+        raise TrainingSetupError(
+            f"head_learning_rate works with SGD, Adam and AdamW (updates proportional to the learning rate), not "
+            f"{type(inner).__name__}: use optim='adamw_torch' (or 'sgd'), or drop head_learning_rate."
+        )
+
+
 def _check_optimizer(optimizer: Any, model: Any, trainable: list[torch.nn.Parameter]) -> None:
     if optimizer is None:
         return
@@ -240,7 +251,7 @@ def _check_optimizer(optimizer: Any, model: Any, trainable: list[torch.nn.Parame
 
 def _refuse_backend(args: Any, callback: EmbeddingOnlyCallback) -> None:
     """DeepSpeed steps inside backward() and FSDP2 skips tensor hooks: only plain freezing is safe there."""
-    backend = _sharding_backend(args)
+    backend = _sharding_backend()
     plain = callback.rows == "all" and callback.head_learning_rate is None and callback.second_stage is None
     if backend is not None and not plain:
         raise TrainingSetupError(
@@ -250,7 +261,7 @@ def _refuse_backend(args: Any, callback: EmbeddingOnlyCallback) -> None:
         )
 
 
-def _sharding_backend(args: Any) -> str | None:
+def _sharding_backend() -> str | None:
     """"DeepSpeed", "FSDP" or None, read where the Trainer decides it: the plugins in accelerate's state.
 
     (Neither `args.fsdp` nor ACCELERATE_USE_FSDP is enough: on a machine without GPUs the Trainer runs DDP with both.)

@@ -19,7 +19,7 @@ from huggingface_hub.utils import tqdm
 
 from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
-from ..registry import get_method
+from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
 from .evaluation import eval_mode
 from .freeze import freeze_for_embedding_training
@@ -164,12 +164,12 @@ def probe(
 def _check(methods: Any, method_options: Any, steps: Any, eval_every: Any, held_out: Any) -> dict[str, Any]:
     if isinstance(methods, str) or not methods:
         raise InvalidArgumentError(f"methods={methods!r} is invalid: pass a list of names, e.g. ['mean', 'subword'].")
-    for method in methods:
-        get_method(method)
     options = dict(method_options or {})
     unknown = sorted(set(options) - set(methods))
     if unknown:
         raise InvalidArgumentError(f"method_options names {unknown}, which are not in methods={list(methods)}.")
+    for method in methods:  # unknown names and bad options fail now, not after other methods have trained
+        build_config(get_method(method), dict(options.get(method, {})))
     for name, value in (("steps", steps), ("eval_every", eval_every)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a positive int.")

@@ -41,7 +41,9 @@ class SecondStage:
     def __post_init__(self) -> None:
         if not isinstance(self.after_step, int) or isinstance(self.after_step, bool) or self.after_step < 0:
             raise InvalidArgumentError(f"after_step={self.after_step!r} is invalid: pass a non-negative int.")
-        if self.lora is not None and type(self.lora).__name__ != "LoraConfig":
+        from peft import LoraConfig
+
+        if self.lora is not None and not isinstance(self.lora, LoraConfig):
             raise InvalidArgumentError(
                 f"lora is a {type(self.lora).__name__}: pass a peft.LoraConfig, or None to unfreeze the full body."
             )
