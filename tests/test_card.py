@@ -14,6 +14,7 @@ from huggingface_hub import HfApi, ModelCard
 import vocabshift
 from vocabshift.errors import ModelFolderError, RecordError
 from vocabshift.record import ExtensionRecord, pack_ids
+from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VOCABSHIFT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
@@ -100,9 +101,10 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
         propagation=[{"base": "org/base-7b", "adapted": "me/base-7b-ru", "instruct": "org/base-7b-instruct",
                       "method": "conversion", "residual": {"input": 0.0312}}],
     )
-    evaluation = {"bits_per_byte": {"before": 1.562, "after": 1.29}, "tokens_per_word": {"before": 5.29, "after": 2.1},
-                  "notes": "held-out Russian, 200 lines"}
-    folder = write_folder(tmp_path / "base-7b-instruct-ru", record, extra={"evaluation": evaluation})
+    scores = (ModelScores("adapted", 2.1, 1.29, 2.31, 2.52, 1.87, 0.71, 51_200),
+              ModelScores("original", 5.29, 1.562, 1.14, None, None, None, 129_400))
+    record.evaluations.append(Evaluation(scores, 200, 171_333).to_dict())
+    folder = write_folder(tmp_path / "base-7b-instruct-ru", record)
     (folder / "loss.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     card = vocabshift.model_card(folder, language=["ru"], datasets=["me/ru-corpus"])
     check_golden(card, "card_history.md")

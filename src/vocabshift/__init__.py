@@ -18,16 +18,22 @@ from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
 from .save import save_pretrained_atomic
+from .training import EmbeddingOnlyCallback, Evaluation, ProbeResult, SecondStage, evaluate, probe
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 
 __all__ = [
+    "EmbeddingOnlyCallback",
+    "Evaluation",
     "ExtensionRecord",
     "InitContext",
     "InitResult",
     "MergeReport",
+    "ProbeResult",
+    "SecondStage",
     "VocabShiftError",
     "__version__",
     "align",
+    "evaluate",
     "extend_vocabulary",
     "get_method",
     "get_record",
@@ -36,6 +42,7 @@ __all__ = [
     "merge_tokenizers",
     "methods",
     "model_card",
+    "probe",
     "push_to_hub",
     "register_method",
     "save_pretrained_atomic",

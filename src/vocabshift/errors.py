@@ -17,6 +17,7 @@ __all__ = [
     "RecordError",
     "TokenizerLoadError",
     "TokenizerMismatchError",
+    "TrainingSetupError",
     "UnknownMethodError",
     "UnsafeWeightsError",
     "UnsupportedModelError",
@@ -83,3 +84,7 @@ class ModelFolderError(VocabShiftError, FileNotFoundError):
 
 class UnsafeWeightsError(VocabShiftError, ValueError):
     """A folder to publish holds pickle files (.bin, .pt, .pth, .ckpt, .pkl): vocabshift pushes safetensors only."""
+
+
+class TrainingSetupError(VocabShiftError, RuntimeError):
+    """A training setup in which embedding-only training cannot be made safe (e.g. an optimizer built before freezing)."""

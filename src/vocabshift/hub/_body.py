@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import UnknownMethodError
 from ..record import ExtensionRecord
 from ..registry import get_method
+from ..training.evaluation import Evaluation
 from ._tables import Table, cell, tables
 
 __all__ = ["body", "hub_id"]
@@ -144,7 +145,7 @@ def _limits(record: ExtensionRecord) -> list[str]:
     return limits
 
 
-def body(record: ExtensionRecord, raw: dict[str, Any], *, title: str, repo_id: str, base_model: str | list[str] | None,
+def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str | list[str] | None,
          pipeline_tag: str | None, plots: Sequence[str], transformers_version: str | None,
          card_options: dict[str, Any]) -> dict[str, Any]:
     """Template variables of the card's body."""
@@ -159,7 +160,7 @@ def body(record: ExtensionRecord, raw: dict[str, Any], *, title: str, repo_id: s
         "facts": _facts(record, method).rows,
         "options": sorted((k, cell(v)) for k, v in method["options"].items()),
         "diagnostics": [t.markdown() for t in tables(record.diagnostics)],
-        "evaluation": [t.markdown() for t in tables(raw.get("evaluation"))],
+        "evaluation": [Evaluation.from_dict(entry).to_markdown() for entry in record.evaluations],
         "cpt": [t.markdown() for t in tables(record.cpt)],
         "plots": list(plots),
         "lineage": _lineage(record),

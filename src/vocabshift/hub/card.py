@@ -76,7 +76,7 @@ def model_card(
     plots = sorted(p.name for p in folder.glob("*.png")) if folder else []
     options = {"base_model": base_model, "language": language, "license": license, "datasets": datasets,
                "repo_id": repo_id}
-    variables = body(record, raw, title=(repo_id or name).split("/")[-1], repo_id=repo_id or f"your-name/{name}",
+    variables = body(record, title=(repo_id or name).split("/")[-1], repo_id=repo_id or f"your-name/{name}",
                      base_model=base, pipeline_tag=data.pipeline_tag, plots=plots,
                      transformers_version=config.get("transformers_version"), card_options=options)
     return ModelCard(_render(data, variables))
