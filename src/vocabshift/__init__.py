@@ -15,6 +15,7 @@ from .extend import extend_vocabulary
 from .hub import model_card, push_to_hub
 from .inspection import inspect_folder
 from .methods import InitContext, InitResult
+from .propagation import propagate
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
 from .save import save_pretrained_atomic
@@ -43,6 +44,7 @@ __all__ = [
     "methods",
     "model_card",
     "probe",
+    "propagate",
     "push_to_hub",
     "register_method",
     "save_pretrained_atomic",

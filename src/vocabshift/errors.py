@@ -10,11 +10,15 @@ __all__ = [
     "IncompatibleTokenizerError",
     "InvalidArgumentError",
     "InvalidTokenizerError",
+    "LineageError",
     "MethodOptionError",
     "MethodResultError",
     "ModelFolderError",
     "NoNewTokensError",
+    "OutputExistsError",
     "RecordError",
+    "ShardError",
+    "SiblingMismatchError",
     "TokenizerLoadError",
     "TokenizerMismatchError",
     "TrainingSetupError",
@@ -88,3 +92,19 @@ class UnsafeWeightsError(VocabShiftError, ValueError):
 
 class TrainingSetupError(VocabShiftError, RuntimeError):
     """A training setup in which embedding-only training cannot be made safe (e.g. an optimizer built before freezing)."""
+
+
+class SiblingMismatchError(VocabShiftError, ValueError):
+    """`base` and `instruct` are not siblings: their architectures, hidden sizes, vocabularies or tying differ."""
+
+
+class LineageError(VocabShiftError, ValueError):
+    """`adapted` was not made from `base` (per its ExtensionRecord: source tokenizer, rows, frozen rows)."""
+
+
+class ShardError(VocabShiftError, OSError):
+    """A safetensors shard is missing, truncated or corrupted (or disagrees with the index)."""
+
+
+class OutputExistsError(VocabShiftError, FileExistsError):
+    """An output folder that must be new or empty already holds files."""

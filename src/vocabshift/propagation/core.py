@@ -1,0 +1,198 @@
+"""`vocabshift.propagate`: Learned Embedding Propagation from an adapted base model into its instruct sibling."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import InvalidArgumentError, OutputExistsError, RecordError, ShardError
+from ..record import CONFIG_KEY, ExtensionRecord
+from ..save import atomic_folder
+from ..vocab.load import load_tokenizer
+from ..vocab.replace import replacement_tokenizer
+from .checks import Model, check_lineage, check_siblings
+from .fit import METHODS, Fit, fit_map
+from .outputs import write_configs, write_index, write_license_files
+from .plan import RowPlan, fit_pairs, propagated_blocks, row_plan
+from .shards import Header, Matrix, copy_shard, read_header, write_shard
+from .sources import find_layout, open_source
+
+__all__ = ["propagate"]
+
+
+def propagate(
+    adapted: str | os.PathLike,
+    base: str | os.PathLike,
+    instruct: str | os.PathLike,
+    *,
+    output_dir: str | os.PathLike,
+    method: str = "conversion",
+    adapted_revision: str | None = None,
+    base_revision: str | None = None,
+    instruct_revision: str | None = None,
+    token: str | bool | None = None,
+    hardlink: bool = False,
+) -> Path:
+    """Carry the adapted embeddings of a base model into its instruct sibling (LEP, arXiv 2412.21140).
+
+    W maps base space to instruct space (fitted in float64 on base/instruct rows, applied in float32, cast to the
+    instruct dtype at the end; input embeddings and an untied head separately). New tokens get `E_adapted W`;
+    other tokens the instruct row plus the CPT change mapped by W; the instruct tokenizer's added and special tokens
+    keep their instruct rows. Shards are streamed: those without embedding tensors are copied byte for byte, the
+    others rewritten tensor by tensor; no model is ever loaded.
+
+    Args:
+        adapted (`str | os.PathLike`): the base model after `extend_vocabulary` (and embedding-only CPT): a folder
+            or a Hub repo id.
+        base (`str | os.PathLike`): the base model it was extended from (folder or repo id).
+        instruct (`str | os.PathLike`): the instruct sibling fine-tuned from `base` (folder or repo id).
+        output_dir (`str | os.PathLike`): where to write the instruct model with the adapted vocabulary; must be
+            new or empty. Written atomically (temporary sibling folder, then rename).
+        method (`str`, defaults to `"conversion"`): `"swap"` (W = I), `"overlap"` (W fitted on the shared tokens)
+            or `"conversion"` (shared tokens plus the new tokens' decompositions averaged on both sides).
+        adapted_revision / base_revision / instruct_revision (`str`, *optional*): branch, tag or commit of a Hub repo.
+        token (`str | bool`, *optional*): Hub token; defaults to the logged-in one.
+        hardlink (`bool`, defaults to `False`): hard-link the instruct shards that hold no embeddings instead of
+            copying them (same filesystem only). Saves time and space, but the output then shares those files with
+            the instruct folder or the Hub cache: never write into them in place afterwards.
+
+    Returns:
+        `Path`: `output_dir`. Its `config.json` record gains a `propagation` entry (sources, revisions, method,
+        fit residuals, row counts).
+
+    Raises:
+        `InvalidArgumentError`: unknown `method`, or a revision for a local folder.
+        `OutputExistsError`: `output_dir` holds files.
+        `ModelFolderError`: an input is neither a model folder nor a readable Hub repo, or has no safetensors.
+        `ShardError`: a shard is missing, truncated or corrupted.
+        `SiblingMismatchError`: base and instruct differ in architecture, hidden size, vocabulary or tying.
+        `LineageError`: adapted was not extended from base (per its record).
+        `RecordError`: adapted carries no record, or one its folder does not match.
+
+    Example:
+        ```python
+        >>> vocabshift.propagate("out/smollm2-ru", "HuggingFaceTB/SmolLM2-135M",
+        ...                      "HuggingFaceTB/SmolLM2-135M-Instruct", output_dir="out/smollm2-ru-instruct")
+        ```
+    """
+    if method not in METHODS:
+        raise InvalidArgumentError(f"method={method!r} is invalid: pass one of {', '.join(map(repr, METHODS))}.")
+    target = _check_output_dir(output_dir)
+    options = {"adapted": (adapted, adapted_revision), "base": (base, base_revision),
+               "instruct": (instruct, instruct_revision)}
+    models = {role: _model(value, role, revision, token) for role, (value, revision) in options.items()}
+    record = _record(models["adapted"])
+    check_siblings(models["base"], models["instruct"])
+    check_lineage(record, models["adapted"], models["base"])
+    headers = _all_headers(models["instruct"])
+    tokenizer = replacement_tokenizer(models["instruct"].tokenizer, models["adapted"].tokenizer)
+    plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer)
+    with atomic_folder(target) as folder:
+        fits = _stream(models, headers, plan, method, record, folder, hardlink)
+        entry = _entry(models, method, fits, plan, options, target)
+        tokenizer.save_pretrained(folder)
+        write_configs(folder, models["instruct"], record, entry, tokenizer, plan.rows)
+        write_license_files(folder, models["instruct"].source)
+    return target
+
+
+def _check_output_dir(output_dir: str | os.PathLike) -> Path:
+    target = Path(output_dir)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise OutputExistsError(f"output_dir={str(output_dir)!r} exists and is not an empty folder: pass a new or "
+                                "empty folder (propagate never overwrites).")
+    return target
+
+
+def _model(value: Any, role: str, revision: str | None, token: str | bool | None) -> Model:
+    """Open a source and its embedding matrices; downloads only the shards that hold them."""
+    source = open_source(value, role=role, revision=revision, token=token)
+    layout = find_layout(source)
+    headers = {name: read_header(source.file(name)) for name in sorted(layout.embedding_shards)}
+    matrices = {}
+    for side in ("input", "output"):
+        key = layout.key(side)
+        if key is not None:
+            header = headers[layout.weight_map[key]]
+            if key not in header.tensors:
+                raise ShardError(f"{key} is not in {header.path} although the index of {role}={source.name!r} says "
+                                 "so: the folder is corrupted; save or download it again.")
+            matrices[side] = Matrix(header, key)
+    tokenizer = load_tokenizer(str(source.folder), argument=role)
+    return Model(source, source.config(), layout, tokenizer, matrices["input"], matrices.get("output"))
+
+
+def _record(adapted: Model) -> ExtensionRecord:
+    raw = adapted.config.get(CONFIG_KEY)
+    if not isinstance(raw, dict):
+        raise RecordError(f"adapted={adapted.source.name!r} carries no vocabshift record (config.json has no "
+                          f"{CONFIG_KEY!r} key): pass the model saved after extend_vocabulary and CPT.")
+    return ExtensionRecord.from_dict(raw)
+
+
+def _all_headers(instruct: Model) -> dict[str, Header]:
+    """Every shard of instruct (downloaded when remote; only headers are read), checked against the index."""
+    headers = {name: read_header(instruct.source.file(name)) for name in instruct.layout.shards}
+    for key, shard in instruct.layout.weight_map.items():
+        if key not in headers[shard].tensors:
+            raise ShardError(f"The index of instruct={instruct.source.name!r} puts {key} in {shard}, which does not "
+                             "hold it: the folder is corrupted; download or save it again.")
+    return headers
+
+
+def _stream(models: dict[str, Model], headers: dict[str, Header], plan: RowPlan, method: str,
+            record: ExtensionRecord, folder: Path, hardlink: bool) -> dict[str, Fit]:
+    """Copy the shards without embeddings (in a thread) while fitting W, then rewrite the embedding shards."""
+    instruct = models["instruct"]
+    layout = instruct.layout
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        copies = [pool.submit(copy_shard, headers[name].path, folder / name, hardlink=hardlink)
+                  for name in layout.shards if name not in layout.embedding_shards]
+        pairs = fit_pairs(method, record, models["base"].tokenizer)
+        fits = {side: fit_map(method, getattr(models["base"], side), getattr(instruct, side), pairs, side=side)
+                for side in ("input", "output") if getattr(instruct, side) is not None}
+        change = sum(_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards)
+        for copy in copies:
+            copy.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    write_index(folder, layout, change)
+    return fits
+
+
+def _rewrite(header: Header, target: Path, models: dict[str, Model], plan: RowPlan, fits: dict[str, Fit]) -> int:
+    instruct = models["instruct"]
+    replaced = {}
+    for key, side in instruct.layout.sides.items():
+        if key in header.tensors:
+            matrices = [getattr(models[role], side) for role in ("adapted", "base", "instruct")]
+            blocks = lambda side=side, matrices=matrices: propagated_blocks(plan, fits[side], *matrices, side=side)
+            replaced[key] = ((plan.rows, instruct.input.hidden), getattr(instruct, side).dtype, blocks)
+    return write_shard(target, header, replaced)
+
+
+def _entry(models: dict[str, Model], method: str, fits: dict[str, Fit], plan: RowPlan,
+           options: dict[str, tuple[Any, str | None]], output_dir: Path) -> dict[str, Any]:
+    entry: dict[str, Any] = {"method": method}
+    for role in ("base", "adapted", "instruct"):
+        entry[role] = models[role].source.name
+        entry[f"{role}_revision"] = models[role].source.revision
+    entry["fit"] = {side: fit.to_dict() for side, fit in fits.items()}
+    entry["rows"] = plan.counts(models["adapted"].input.rows)
+    entry["command"] = _command(method, options, output_dir)
+    entry["vocabshift_version"] = __version__
+    return entry
+
+
+def _command(method: str, options: dict[str, tuple[Any, str | None]], output_dir: Path) -> str:
+    words = ["vocabshift", "propagate", *(str(value) for value, _ in options.values()), str(output_dir),
+             "--method", method]
+    for role, (_, revision) in options.items():
+        if revision:
+            words += [f"--{role}-revision", revision]
+    return shlex.join(words)

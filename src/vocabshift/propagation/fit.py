@@ -1,0 +1,132 @@
+"""The LEP map W from base space to instruct space, fitted in float64 on base/instruct row pairs, blockwise.
+
+`swap`: W = I. `overlap`: W = argmin ‖E_b[S] W − E_i[S]‖ over the tokens S that the adapted vocabulary shares with
+the base one. `conversion`: the same pairs plus, for each new token, the mean of its decomposition's rows on both
+sides (the decompositions stored in the ExtensionRecord, computed on canonical token forms, so byte-level
+tokenizers are handled). The normal equations are accumulated over row blocks (memory O(hidden²)) and solved by SVD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from huggingface_hub.utils import tqdm
+
+from .shards import Matrix
+
+__all__ = ["METHODS", "Fit", "FitPairs", "fit_map"]
+
+METHODS = ("swap", "overlap", "conversion")
+_BLOCK_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True)
+class FitPairs:
+    """The row pairs W is fitted on: old ids taken as they are, and groups of old ids averaged into one row."""
+
+    single: torch.Tensor
+    groups: Sequence[Sequence[int]] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.single) + len(self.groups)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted map and how well it fits.
+
+    Attributes:
+        weight (`torch.Tensor | None`): the `(hidden, hidden)` float32 map; None for the identity (`swap`).
+        rows (`int`): row pairs it was fitted (or, for `swap`, measured) on.
+        residual (`float`): ‖E_b W − E_i‖ / ‖E_i‖ over those pairs.
+        identity_residual (`float`): the same for W = I (how far the instruct rows moved from the base ones).
+    """
+
+    weight: torch.Tensor | None
+    rows: int
+    residual: float
+    identity_residual: float
+
+    def apply(self, rows: torch.Tensor) -> torch.Tensor:
+        """`rows @ W` in float32."""
+        return rows if self.weight is None else rows @ self.weight
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "residual": round(self.residual, 6),
+                "identity_residual": round(self.identity_residual, 6)}
+
+
+class _NormalEquations:
+    """Running AᵀA, AᵀB, ‖B‖² and ‖A − B‖² in float64."""
+
+    def __init__(self, hidden: int) -> None:
+        self.gram = torch.zeros(hidden, hidden, dtype=torch.float64)
+        self.cross = torch.zeros(hidden, hidden, dtype=torch.float64)
+        self.target_norm = 0.0
+        self.identity_error = 0.0
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        self.gram.addmm_(a.T, a)
+        self.cross.addmm_(a.T, b)
+        self.target_norm += float(b.square().sum())
+        self.identity_error += float((a - b).square().sum())
+
+    def solve(self) -> tuple[torch.Tensor, float]:
+        """W (float64) and ‖AW − B‖² computed from the accumulated products."""
+        weight = torch.linalg.lstsq(self.gram, self.cross, driver="gelsd").solution
+        error = self.target_norm - 2 * float((weight * self.cross).sum()) + float((weight * (self.gram @ weight)).sum())
+        return weight, max(error, 0.0)
+
+
+def _step(hidden: int) -> int:
+    return max(1, _BLOCK_BYTES // (8 * hidden))
+
+
+def _group_means(matrix: Matrix, groups: Sequence[Sequence[int]]) -> torch.Tensor:
+    flat = torch.tensor([i for group in groups for i in group], dtype=torch.long)
+    lengths = torch.tensor([len(group) for group in groups])
+    sums = torch.zeros(len(groups), matrix.hidden, dtype=torch.float64)
+    sums.index_add_(0, torch.repeat_interleave(lengths), matrix.gather(flat).double())
+    return sums / lengths[:, None]
+
+
+def _pair_blocks(base: Matrix, instruct: Matrix, pairs: FitPairs) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(base rows, instruct rows) blocks in float64: single ids, then group means."""
+    step = _step(base.hidden)
+    for start in range(0, len(pairs.single), step):
+        ids = pairs.single[start : start + step]
+        yield base.gather(ids).double(), instruct.gather(ids).double()
+    for start in range(0, len(pairs.groups), step):
+        groups = pairs.groups[start : start + step]
+        yield _group_means(base, groups), _group_means(instruct, groups)
+
+
+def fit_map(method: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, side: str) -> Fit:
+    """Fit W for one side (`"input"` embeddings or untied `"output"` head).
+
+    Args:
+        method (`str`): `"swap"`, `"overlap"` or `"conversion"`; `pairs` must hold that method's pairs.
+        base, instruct (`Matrix`): the side's matrices of the base and instruct models.
+        pairs (`FitPairs`): the row pairs.
+        side (`str`): for the progress bar.
+
+    Returns:
+        `Fit`
+    """
+    equations = _NormalEquations(base.hidden)
+    total = sum(-(-count // _step(base.hidden)) for count in (len(pairs.single), len(pairs.groups)))
+    for a, b in tqdm(_pair_blocks(base, instruct, pairs), desc=f"Fitting W ({side})", leave=False, total=total):
+        if method == "swap":
+            equations.target_norm += float(b.square().sum())
+            equations.identity_error += float((a - b).square().sum())
+        else:
+            equations.add(a, b)
+    identity = (equations.identity_error / equations.target_norm) ** 0.5 if equations.target_norm else 0.0
+    if method == "swap":
+        return Fit(None, pairs.count, identity, identity)
+    weight, error = equations.solve()
+    return Fit(weight.float(), pairs.count, (error / equations.target_norm) ** 0.5, identity)

@@ -1,0 +1,89 @@
+"""The output's small files: the instruct config and generation config with the new vocabulary size, special ids
+looked up again by content, the extended ExtensionRecord; the shard index; license files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..record import CONFIG_KEY, ExtensionRecord
+from ..vocab.load import fingerprint
+from .checks import Model
+from .sources import INDEX, LICENSE_PREFIXES, Layout, Source
+
+__all__ = ["write_configs", "write_index", "write_license_files"]
+
+logger = logging.getLogger(__name__)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_index(folder: Path, layout: Layout, change: int) -> None:
+    """The instruct index with the same weight map and the new total size."""
+    if layout.index is None:
+        return
+    index = json.loads(json.dumps(layout.index))
+    metadata = index.setdefault("metadata", {})
+    if "total_size" in metadata:
+        metadata["total_size"] += change
+    _write_json(folder / INDEX, index)
+
+
+def _id_mapper(instruct_tokenizer: Any, tokenizer: Any) -> Any:
+    """Instruct id -> output id, through the token's content."""
+    source, target = instruct_tokenizer.backend_tokenizer, tokenizer.backend_tokenizer
+
+    def mapped(name: str, value: Any) -> Any:
+        if isinstance(value, list):
+            return [i for i in (mapped(name, v) for v in value) if i is not None]
+        token = source.id_to_token(value) if isinstance(value, int) else None
+        new = None if token is None else target.token_to_id(token)
+        if new is None:
+            logger.warning("%s=%s has no counterpart in the new vocabulary; it is set to None.", name, value)
+        return new
+
+    return mapped
+
+
+def _remap_ids(config: dict[str, Any], mapped: Any) -> None:
+    for name, value in list(config.items()):
+        if name.endswith("_token_id") and value is not None:
+            config[name] = mapped(name, value)
+
+
+def _updated_record(record: ExtensionRecord, entry: dict[str, Any], tokenizer: Any, rows: int) -> dict[str, Any]:
+    specials = {token: tokenizer.convert_tokens_to_ids(token) for token in tokenizer.all_special_tokens}
+    updated = dataclasses.replace(record, new_vocab_size=len(tokenizer), new_num_rows=rows,
+                                  tokenizer_sha256=fingerprint(tokenizer), special_tokens=specials,
+                                  propagation=[*record.propagation, entry])
+    return updated.to_dict()
+
+
+def write_configs(folder: Path, instruct: Model, record: ExtensionRecord, entry: dict[str, Any], tokenizer: Any,
+                  rows: int) -> None:
+    """config.json (and generation_config.json when instruct has one), everything else kept as instruct has it."""
+    mapped = _id_mapper(instruct.tokenizer, tokenizer)
+    config = json.loads(json.dumps(instruct.config))
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    for part in filter(None, (config, text)):
+        _remap_ids(part, mapped)
+    (text if text is not None and "vocab_size" in text else config)["vocab_size"] = rows
+    config[CONFIG_KEY] = _updated_record(record, entry, tokenizer, rows)
+    _write_json(folder / "config.json", config)
+    if "generation_config.json" in instruct.source.files:
+        generation = json.loads(instruct.source.file("generation_config.json").read_text(encoding="utf-8"))
+        _remap_ids(generation, mapped)
+        _write_json(folder / "generation_config.json", generation)
+
+
+def write_license_files(folder: Path, instruct: Source) -> None:
+    """The instruct model's license and notice files (its license applies to the output)."""
+    for name in instruct.files:
+        if "/" not in name and name.upper().startswith(LICENSE_PREFIXES):
+            shutil.copyfile(instruct.file(name), folder / name)

@@ -1,0 +1,92 @@
+"""Which output row comes from where, and the rows themselves, block by block.
+
+The output vocabulary is the adapted one plus the instruct tokenizer's added tokens it lacks. Each output row is
+- copied from instruct for the instruct tokenizer's added and special tokens (chat markers keep their tuning);
+- for the other tokens the adapted vocabulary shares with the base one: the instruct row plus what CPT changed in
+  the adapted row, mapped by W (`E_i[old] + (E_a[new] − E_b[old]) W`): exactly the instruct row when CPT left
+  the row as it was, and `E_a W` corrected by the fit's own error on that token otherwise;
+- for new tokens (and padding rows): the adapted row mapped by W (`E_a W`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from huggingface_hub.utils import tqdm
+
+from ..record import ExtensionRecord
+from .fit import Fit, FitPairs
+from .shards import Matrix
+
+__all__ = ["RowPlan", "fit_pairs", "propagated_blocks", "row_plan"]
+
+_BLOCK_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """Where each output row starts from.
+
+    Attributes:
+        old_of (`torch.Tensor`): per output row, the base/instruct id of the same token, or -1 (new or padding).
+        copy_of (`torch.Tensor`): per output row, the instruct id whose row is copied as it is, or -1.
+    """
+
+    old_of: torch.Tensor
+    copy_of: torch.Tensor
+
+    @property
+    def rows(self) -> int:
+        return len(self.old_of)
+
+    def counts(self, adapted_rows: int) -> dict[str, int]:
+        copied = self.copy_of >= 0
+        shared = (self.old_of >= 0) & ~copied
+        mapped = int((~copied & ~shared)[:adapted_rows].sum())
+        return {"mapped": mapped, "shared": int(shared.sum()), "copied_from_instruct": int(copied.sum())}
+
+
+def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, instruct_tokenizer: Any) -> RowPlan:
+    """The plan for an output of `max(adapted_rows, len(output_tokenizer))` rows."""
+    rows = max(adapted_rows, len(output_tokenizer))
+    old_of = torch.full((rows,), -1, dtype=torch.long)
+    pairs = torch.tensor(record.shared_pairs(), dtype=torch.long).reshape(-1, 2)
+    old_of[pairs[:, 0]] = pairs[:, 1]
+    copy_of = torch.full((rows,), -1, dtype=torch.long)
+    backend = output_tokenizer.backend_tokenizer
+    for instruct_id, token in instruct_tokenizer.backend_tokenizer.get_added_tokens_decoder().items():
+        copy_of[backend.token_to_id(token.content)] = instruct_id
+    return RowPlan(old_of, copy_of)
+
+
+def fit_pairs(method: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPairs:
+    """The pairs W is fitted on: shared ordinary tokens (added and special ones left out), plus for `conversion`
+    the decompositions of the new tokens."""
+    added = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder())
+    single = sorted({old for _, old in record.shared_pairs() if old not in added and old < len(base_tokenizer)})
+    groups = [ids for ids in record.decomposition_lists() if ids] if method == "conversion" else []
+    return FitPairs(torch.tensor(single, dtype=torch.long), groups)
+
+
+def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, instruct: Matrix, *, side: str
+                      ) -> Iterator[torch.Tensor]:
+    """The output rows of one side in float32, in blocks of about 32 MB (see the module docstring)."""
+    step = max(1, _BLOCK_BYTES // (4 * adapted.hidden))
+    for start in tqdm(range(0, plan.rows, step), desc=f"Propagating rows ({side})", leave=False):
+        stop = min(start + step, plan.rows)
+        out = torch.zeros(stop - start, adapted.hidden)
+        inside = max(0, min(stop, adapted.rows) - start)
+        old = plan.old_of[start : start + inside]
+        shared = (old >= 0).nonzero().squeeze(1)
+        if inside:
+            delta = adapted.read(start, start + inside).float()
+            delta[shared] -= base.gather(old[shared]).float()
+            out[:inside] = fit.apply(delta)
+            out[shared] += instruct.gather(old[shared]).float()
+        copy = plan.copy_of[start:stop]
+        copied = (copy >= 0).nonzero().squeeze(1)
+        out[copied] = instruct.gather(copy[copied]).float()
+        yield out

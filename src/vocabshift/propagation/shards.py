@@ -1,0 +1,219 @@
+"""Safetensors shards without loading them: headers, row reads with `pread`, shard rewrites tensor by tensor.
+
+A shard is 8 bytes (little-endian header length), a JSON header (dtype, shape, `data_offsets` of each tensor) and
+the tensors' bytes. Reading rows of a matrix touches only those rows' bytes; rewriting a shard copies the bytes
+of the tensors it keeps and streams the replaced ones block by block, so memory stays at one block.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ShardError, UnsupportedModelError
+
+__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "write_shard"]
+
+logger = logging.getLogger(__name__)
+
+FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+DTYPE_NAMES = {dtype: name for name, dtype in FLOAT_DTYPES.items()}
+_ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
+              "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4}
+_MAX_HEADER = 100 * 2**20
+_COPY_CHUNK = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a shard: dtype name, shape and its byte range `[begin, end)` in the file."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Header:
+    """The parsed header of a shard: its tensors in file order and its `__metadata__`."""
+
+    path: Path
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str] | None
+
+
+def _corrupted(path: Path, why: str) -> ShardError:
+    return ShardError(f"{str(path)!r} is not a valid safetensors file ({why}): it is truncated or corrupted; "
+                      "download or save it again.")
+
+
+def read_header(path: str | os.PathLike) -> Header:
+    """Parse and check a shard's header: known layout, tensors that tile the data exactly, the file's full size.
+
+    Raises:
+        `ShardError`: the file is missing, truncated or its header is corrupted.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ShardError(f"The shard {str(path)!r} is missing: download or save the model again.")
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+        if not 0 < length <= min(_MAX_HEADER, size - 8):
+            raise _corrupted(path, f"header length {length} for a file of {size} bytes")
+        try:
+            raw = json.loads(handle.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise _corrupted(path, f"unreadable header: {error}") from None
+    start = 8 + length
+    metadata = raw.pop("__metadata__", None) if isinstance(raw, dict) else None
+    try:
+        tensors = {name: TensorInfo(entry["dtype"], tuple(entry["shape"]), start + entry["data_offsets"][0],
+                                    start + entry["data_offsets"][1]) for name, entry in raw.items()}
+    except (AttributeError, KeyError, TypeError, IndexError):
+        raise _corrupted(path, "malformed tensor entries") from None
+    _check_tiling(path, tensors, start, size)
+    ordered = dict(sorted(tensors.items(), key=lambda item: item[1].begin))
+    return Header(path, ordered, metadata)
+
+
+def _check_tiling(path: Path, tensors: dict[str, TensorInfo], start: int, size: int) -> None:
+    position = start
+    for name, info in sorted(tensors.items(), key=lambda item: item[1].begin):
+        bits = _ITEM_BITS.get(info.dtype)
+        if info.begin != position or (bits is not None and (info.end - info.begin) * 8 != math.prod(info.shape) * bits):
+            raise _corrupted(path, f"tensor {name!r} does not fit its byte range")
+        position = info.end
+    if position != size:
+        raise _corrupted(path, f"the tensors end at byte {position} but the file has {size}")
+
+
+def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
+    while len(view):
+        count = os.preadv(fd, [view], offset)
+        if count == 0:
+            raise _corrupted(path, "unexpected end of file")
+        view, offset = view[count:], offset + count
+
+
+class Matrix:
+    """The rows of one 2-D floating-point tensor of a shard, read with `pread` (never mapped, never read whole).
+
+    Args:
+        header (`Header`): the shard's header.
+        key (`str`): the tensor's name in the shard.
+    """
+
+    def __init__(self, header: Header, key: str) -> None:
+        info = header.tensors[key]
+        if info.dtype not in FLOAT_DTYPES or len(info.shape) != 2:
+            raise UnsupportedModelError(f"{key} in {header.path} is a {info.dtype} tensor of shape {info.shape}: "
+                                        "vocabshift propagates 2-D float embedding matrices only.")
+        self.path, self.key, self.info = header.path, key, info
+        self.rows, self.hidden = info.shape
+        self.dtype = FLOAT_DTYPES[info.dtype]
+        self.row_bytes = self.hidden * self.dtype.itemsize
+
+    def gather(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` (any order, repeats allowed) in the stored dtype; consecutive ids are read in one call."""
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        if len(unique) == 0:
+            return torch.empty((0, self.hidden), dtype=self.dtype)
+        values = unique.numpy()
+        if values[0] < 0 or values[-1] >= self.rows:
+            raise IndexError(f"row ids {values[0]}..{values[-1]} outside the {self.rows} rows of {self.key}")
+        breaks = np.flatnonzero(np.diff(values) != 1) + 1
+        buffer = bytearray(len(values) * self.row_bytes)
+        view = memoryview(buffer)
+        with open(self.path, "rb", buffering=0) as handle:
+            for first, last in zip([0, *breaks], [*breaks, len(values)]):
+                _pread_into(handle.fileno(), view[first * self.row_bytes : last * self.row_bytes],
+                            self.info.begin + int(values[first]) * self.row_bytes, self.path)
+        rows = torch.frombuffer(buffer, dtype=self.dtype).view(len(values), self.hidden)
+        return rows if len(values) == len(ids) and torch.equal(unique, ids) else rows[inverse]
+
+    def read(self, start: int, stop: int) -> torch.Tensor:
+        """Rows `[start, stop)` in the stored dtype."""
+        return self.gather(torch.arange(start, stop))
+
+
+Blocks = Callable[[], Iterator[torch.Tensor]]
+
+
+def _header_bytes(header: Header, replaced: dict[str, tuple[tuple[int, ...], str]]) -> bytes:
+    entries: dict[str, Any] = {} if header.metadata is None else {"__metadata__": header.metadata}
+    offset = 0
+    for name, info in header.tensors.items():
+        shape, dtype = replaced.get(name, (info.shape, info.dtype))
+        size = math.prod(shape) * _ITEM_BITS[dtype] // 8 if name in replaced else info.end - info.begin
+        entries[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    return len(text).to_bytes(8, "little") + text
+
+
+def _copy_range(source: int, target: Any, begin: int, end: int, path: Path) -> None:
+    buffer = bytearray(min(_COPY_CHUNK, end - begin))
+    while begin < end:
+        view = memoryview(buffer)[: min(len(buffer), end - begin)]
+        _pread_into(source, view, begin, path)
+        target.write(view)
+        begin += len(view)
+
+
+def write_shard(target: Path, header: Header, replaced: dict[str, tuple[tuple[int, ...], torch.dtype, Blocks]]
+                ) -> int:
+    """Write `header`'s shard to `target`, tensors in the same order, those of `replaced` streamed from blocks.
+
+    Args:
+        target (`Path`): the new file.
+        header (`Header`): the source shard; tensors not in `replaced` are copied byte for byte.
+        replaced: tensor name -> (new shape, dtype, a function returning the blocks of rows, in order).
+
+    Returns:
+        `int`: the change in the total size of the tensors' bytes.
+    """
+    names = {name: (shape, DTYPE_NAMES[dtype]) for name, (shape, dtype, _) in replaced.items()}
+    change = 0
+    with open(header.path, "rb", buffering=0) as source, open(target, "wb") as out:
+        out.write(_header_bytes(header, names))
+        for name, info in header.tensors.items():
+            if name not in replaced:
+                _copy_range(source.fileno(), out, info.begin, info.end, header.path)
+                continue
+            shape, dtype, blocks = replaced[name]
+            written = sum(_write_block(out, block.to(dtype)) for block in blocks())
+            if written != math.prod(shape) * dtype.itemsize:
+                raise RuntimeError(f"{name}: {written} bytes written for a {shape} {dtype} tensor")
+            change += written - (info.end - info.begin)
+    return change
+
+
+def _write_block(out: Any, block: torch.Tensor) -> int:
+    data = block.contiguous().view(torch.uint8).numpy()
+    out.write(memoryview(data))
+    return data.nbytes
+
+
+def copy_shard(source: Path, target: Path, *, hardlink: bool) -> None:
+    """Copy a shard byte for byte, or hard-link it when asked and both are on the same filesystem."""
+    real = Path(os.path.realpath(source))  # Hub cache snapshots hold symlinks to blobs
+    if hardlink and real.stat().st_dev == target.parent.stat().st_dev:
+        os.link(real, target)
+        return
+    if hardlink:
+        logger.info("%s is on another filesystem than %s: copying it instead of hard-linking.", real, target.parent)
+    shutil.copyfile(real, target)

@@ -1,0 +1,185 @@
+"""Where each model comes from (a local folder or a Hub repo) and where its embedding tensors are stored.
+
+From the Hub only what propagation needs is downloaded: config, tokenizer files and the shard index first; then
+the shards that hold embedding tensors (all shards of the instruct model, whose other shards are copied).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import transformers
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import validate_repo_id
+
+from ..errors import InvalidArgumentError, ModelFolderError, ShardError, UnsupportedModelError
+from ..inspection import _parameter_names
+from .shards import read_header
+
+__all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "chat_template.jinja", "chat_template.json")
+_LEGACY_TOKENIZER_FILES = ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "spiece.model")
+_INSTRUCT_FILES = ("generation_config.json",)
+LICENSE_PREFIXES = ("LICENSE", "NOTICE", "USE_POLICY")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One of `adapted`, `base`, `instruct`: its name as given, local folder, and Hub repo and commit if remote."""
+
+    role: str
+    name: str
+    folder: Path
+    files: tuple[str, ...]
+    repo_id: str | None = None
+    revision: str | None = None
+    token: str | bool | None = None
+
+    def file(self, filename: str) -> Path:
+        """The local path of `filename`, downloaded from the Hub (at the pinned commit) when remote.
+
+        Raises:
+            `ShardError`: the file is listed (e.g. by the index) but missing.
+        """
+        if self.repo_id is None:
+            return self.folder / filename
+        try:
+            return Path(hf_hub_download(self.repo_id, filename, revision=self.revision, token=self.token))
+        except EntryNotFoundError:
+            raise ShardError(f"{filename} is missing from {self.repo_id}@{self.revision} ({self.role}): the repo "
+                             "is incomplete; upload it again.") from None
+
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.file("config.json").read_text(encoding="utf-8"))
+
+
+def open_source(value: str | os.PathLike, *, role: str, revision: str | None, token: str | bool | None) -> Source:
+    """A local folder as it is, or a Hub repo with its small files downloaded (config, tokenizer, index).
+
+    Raises:
+        `ModelFolderError`: neither a model folder nor a Hub repo that can be read.
+        `InvalidArgumentError`: a revision given for a local folder.
+    """
+    path = Path(value)
+    if path.is_dir():
+        if revision is not None:
+            raise InvalidArgumentError(f"{role}_revision={revision!r} was given but {role}={str(value)!r} is a "
+                                       "local folder: pass revisions for Hub repo ids only.")
+        if not (path / "config.json").is_file():
+            raise ModelFolderError(f"{role}={str(value)!r} has no config.json: pass a folder written by "
+                                   "save_pretrained, or a Hub repo id.")
+        files = tuple(sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()))
+        return Source(role, str(value), path, files)
+    return _hub_source(str(value), role, revision, token)
+
+
+def _hub_source(repo_id: str, role: str, revision: str | None, token: str | bool | None) -> Source:
+    try:
+        validate_repo_id(repo_id)
+        info = HfApi().model_info(repo_id, revision=revision, token=token)
+    except (HFValidationError, RepositoryNotFoundError, RevisionNotFoundError) as error:
+        raise ModelFolderError(f"{role}={repo_id!r} is neither a local model folder nor a Hub repo that can be read "
+                               f"({type(error).__name__}): check the path, the repo id, {role}_revision and the "
+                               "token.") from None
+    files = tuple(sorted(sibling.rfilename for sibling in info.siblings or []))
+    source = Source(role, repo_id, Path(), files, repo_id, info.sha, token)
+    if "config.json" not in files:
+        raise ModelFolderError(f"{role}={repo_id!r} has no config.json at {info.sha}: pass a model repo.")
+    wanted = ["config.json", *_tokenizer_files(files), *([INDEX] if INDEX in files else [])]
+    if role == "instruct":
+        wanted += [f for f in files if f in _INSTRUCT_FILES or f.upper().startswith(LICENSE_PREFIXES)]
+    folder = source.file("config.json").parent
+    for filename in wanted:
+        source.file(filename)
+    return Source(role, repo_id, folder, files, repo_id, info.sha, token)
+
+
+def _tokenizer_files(files: tuple[str, ...]) -> list[str]:
+    names = _TOKENIZER_FILES if "tokenizer.json" in files else _TOKENIZER_FILES + _LEGACY_TOKENIZER_FILES
+    return [f for f in files if f in names or f.startswith("additional_chat_templates/")]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a model's tensors are stored.
+
+    Attributes:
+        weight_map (`dict[str, str]`): tensor name -> shard file name.
+        index (`dict | None`): the raw shard index, None for a single `model.safetensors`.
+        sides (`dict[str, str]`): stored embedding tensor -> `"input"` or `"output"` (an untied head); a tied
+            model stores `"input"` only (sometimes twice, under the head's name too).
+        tied (`bool`): the output head is the input embedding matrix.
+    """
+
+    weight_map: dict[str, str]
+    index: dict[str, Any] | None
+    sides: dict[str, str]
+    tied: bool
+
+    def key(self, side: str) -> str | None:
+        return next((key for key, found in self.sides.items() if found == side), None)
+
+    @property
+    def shards(self) -> list[str]:
+        return list(dict.fromkeys(self.weight_map.values()))
+
+    @property
+    def embedding_shards(self) -> set[str]:
+        return {self.weight_map[key] for key in self.sides}
+
+
+def find_layout(source: Source) -> Layout:
+    """The shard map and the embedding tensors of `source` (reads the index, or the header of a single file).
+
+    Raises:
+        `ModelFolderError`: no safetensors weights. `ShardError`: the index or a header is corrupted, or an
+            embedding tensor is missing. `UnsupportedModelError`: an architecture propagation cannot handle.
+    """
+    index = None
+    if INDEX in source.files:
+        try:
+            index = json.loads(source.file(INDEX).read_text(encoding="utf-8"))
+            weight_map = dict(index["weight_map"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ShardError(f"{INDEX} of {source.role}={source.name!r} is corrupted: save the model again.") from None
+    elif SINGLE in source.files:
+        weight_map = dict.fromkeys(read_header(source.file(SINGLE)).tensors, SINGLE)
+    else:
+        raise ModelFolderError(f"{source.role}={source.name!r} has no safetensors weights ({SINGLE} or {INDEX}): "
+                               "propagate reads safetensors only; load the model and save_pretrained it again.")
+    sides, tied = _embedding_keys(source, transformers.AutoConfig.from_pretrained(source.folder), weight_map)
+    return Layout(weight_map, index, sides, tied)
+
+
+def _embedding_keys(source: Source, config: Any, weight_map: dict[str, str]) -> tuple[dict[str, str], bool]:
+    input_names, head_names = _parameter_names(config)
+    tied = bool(head_names) and bool(set(input_names) & set(head_names))
+    named = [(name, "input") for name in input_names] + [(n, "output") for n in head_names if n not in input_names]
+    sides = {key: side for name, side in named if (key := _stored_key(weight_map, name))}
+    for side, names in (("input", input_names), ("output", [] if tied else head_names)):
+        if names and side not in sides.values():
+            raise ShardError(f"{source.role}={source.name!r} stores no tensor for {names}: its weights are "
+                             "incomplete; save the model again.")
+    for key in sides:
+        bias = key.removesuffix("weight") + "bias"
+        if key.endswith("weight") and bias in weight_map:
+            raise UnsupportedModelError(f"{source.role}={source.name!r} has a bias {bias!r} on its embedding "
+                                        "or head: vocabshift propagates models without a head bias only.")
+    return sides, tied
+
+
+def _stored_key(weight_map: dict[str, str], name: str) -> str | None:
+    """The stored tensor for parameter `name`, allowing a base-model prefix on either side."""
+    for key in weight_map:
+        if key == name or key.endswith("." + name) or name.endswith("." + key):
+            return key
+    return None
