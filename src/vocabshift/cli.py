@@ -25,6 +25,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from .errors import VocabShiftError
 from .hub import model_card, push_to_hub
 from .inspection import inspect_folder, record_summary
+from .propagation import METHODS, propagate
 from .record import get_record
 from .registry import get_method, list_methods
 from .save import save_pretrained_atomic
@@ -91,6 +92,35 @@ def cmd_extend(args: argparse.Namespace) -> int:
     print(f"{args.output_dir}: {len(record.new_ids):,} new tokens initialized with {record.method} ({record.mode}); "
           f"vocabulary {record.old_vocab_size:,} -> {record.new_vocab_size:,}, rows {record.old_num_rows:,} -> "
           f"{record.new_num_rows:,}")
+    return 0
+
+
+@subcommand(
+    "propagate",
+    "Carry the adapted embeddings of a base model into its instruct sibling (LEP); write the instruct model with the "
+    "adapted vocabulary. Inputs are folders or Hub ids (token from HF_TOKEN or `hf auth login`).",
+    arg("adapted", help="the base model after extend and embedding-only CPT: folder or Hub id"),
+    arg("base", help="the base model it was extended from: folder or Hub id"),
+    arg("instruct", help="the instruct sibling fine-tuned from base: folder or Hub id"),
+    arg("output_dir", help="output folder, new or empty (written atomically)"),
+    arg("--method", default="conversion", choices=METHODS,
+        help="swap: W = I; overlap: W fitted on shared tokens; conversion (default): shared tokens plus the new "
+             "tokens' decompositions"),
+    arg("--adapted-revision", help="branch, tag or commit of the adapted Hub repo"),
+    arg("--base-revision", help="branch, tag or commit of the base Hub repo"),
+    arg("--instruct-revision", help="branch, tag or commit of the instruct Hub repo"),
+    arg("--hardlink", action="store_true",
+        help="hard-link the instruct shards without embeddings instead of copying them (never write into them "
+             "in place afterwards)"),
+)
+def cmd_propagate(args: argparse.Namespace) -> int:
+    folder = propagate(args.adapted, args.base, args.instruct, output_dir=args.output_dir, method=args.method,
+                       adapted_revision=args.adapted_revision, base_revision=args.base_revision,
+                       instruct_revision=args.instruct_revision, hardlink=args.hardlink)
+    entry = get_record(transformers.AutoConfig.from_pretrained(folder)).propagation[-1]
+    fits = ", ".join(f"{side} residual {fit['residual']:.4f} (identity {fit['identity_residual']:.4f})"
+                     for side, fit in entry["fit"].items())
+    print(f"{folder}: {entry['method']}; rows {entry['rows']}; {fits}")
     return 0
 
 

@@ -69,9 +69,8 @@ def read_header(path: str | os.PathLike) -> Header:
         raise ShardError(f"The shard {str(path)!r} is missing: download or save the model again.")
     size = path.stat().st_size
     with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
-        if not 0 < length <= min(_MAX_HEADER, size - 8):
+        length = int.from_bytes(handle.read(8), "little")
+        if size < 8 or not 0 < length <= min(_MAX_HEADER, size - 8):
             raise _corrupted(path, f"header length {length} for a file of {size} bytes")
         try:
             raw = json.loads(handle.read(length))

@@ -1,0 +1,180 @@
+"""`vocabshift.propagate` on tiny sibling folders: the rows against a dense reference, the output model, streaming."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from tokenizers import AddedToken
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import vocabshift
+from conftest import make_model
+from vocabshift.training import record_cpt
+
+SHARD = "60KB"
+INSTRUCT_TEMPLATE = "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
+
+
+def _perturb_(module: torch.nn.Module, scale: float, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(scale * parameter.std() * torch.randn(parameter.shape, generator=generator))
+
+
+def build_family(root: Path, architecture: str, source: object, new: object, *, dtype: torch.dtype = torch.float32,
+                 mode: str = "extend", cpt_rows: str = "new", chat_markers: bool = False) -> dict[str, Path]:
+    """base, its instruct sibling (base + noise; optionally with two chat markers added and its own chat template)
+    and adapted (base extended with `new`, then its trainable rows moved as CPT would), saved as sharded folders."""
+    folders = {role: root / role for role in ("base", "instruct", "adapted")}
+    base = make_model(architecture, source).to(dtype)
+    base.save_pretrained(folders["base"], max_shard_size=SHARD)
+    source.save_pretrained(folders["base"])
+    instruct, tokenizer = make_model(architecture, source).to(dtype), AutoTokenizer.from_pretrained(folders["base"])
+    if chat_markers:
+        tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in ("<|user|>", "<|end|>")],
+                             special_tokens=True)
+        tokenizer.chat_template, tokenizer.eos_token = INSTRUCT_TEMPLATE, "<|end|>"
+        instruct.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        instruct.config.eos_token_id = instruct.generation_config.eos_token_id = tokenizer.eos_token_id
+    _perturb_(instruct, 0.2, seed=1)
+    instruct.save_pretrained(folders["instruct"], max_shard_size=SHARD)
+    tokenizer.save_pretrained(folders["instruct"])
+    adapted = AutoModelForCausalLM.from_pretrained(folders["base"], dtype=torch.float32)
+    adapted_tokenizer = adapted.extend_vocabulary(new, mode=mode)
+    rows = vocabshift.training.trainable_row_ids(adapted, cpt_rows)
+    for parameter in vocabshift.training.embedding_parameters(adapted):
+        with torch.no_grad():
+            noise = 0.3 * parameter.std() * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(2))
+            parameter[rows if rows is not None else slice(None)] += noise[rows if rows is not None else slice(None)]
+    record_cpt(adapted, {"rows": cpt_rows, "steps": 1})
+    vocabshift.save_pretrained_atomic(adapted, adapted_tokenizer, folders["adapted"], max_shard_size=SHARD)
+    return folders
+
+
+def matrices(folder: Path) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+    """(input rows, untied head rows or None, tied) of a saved model, in float64."""
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    inputs, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    tied = head is inputs
+    return inputs.detach().double(), None if tied else head.detach().double(), tied
+
+
+def reference(method: str, folders: dict[str, Path], output_tokenizer, side: int) -> torch.Tensor:
+    """The LEP rows computed densely (whole matrices, lstsq in float64), as the module docstrings define them."""
+    record = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(folders["adapted"]))
+    base, instruct, adapted = (matrices(folders[role])[side] for role in ("base", "instruct", "adapted"))
+    base_tokenizer = AutoTokenizer.from_pretrained(folders["base"])
+    specials = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder())
+    single = sorted({old for _, old in record.shared_pairs() if old not in specials})
+    a, b = base[single], instruct[single]
+    if method == "conversion":
+        groups = [ids for ids in record.decomposition_lists() if ids]
+        a = torch.cat([a, torch.stack([base[ids].mean(0) for ids in groups])])
+        b = torch.cat([b, torch.stack([instruct[ids].mean(0) for ids in groups])])
+    weight = torch.eye(a.shape[1], dtype=torch.float64) if method == "swap" else torch.linalg.lstsq(a, b).solution
+    rows = max(adapted.shape[0], len(output_tokenizer))
+    expected = torch.zeros(rows, a.shape[1], dtype=torch.float64)
+    expected[: adapted.shape[0]] = adapted @ weight
+    for new_id, old_id in record.shared_pairs():
+        expected[new_id] = instruct[old_id] + (adapted[new_id] - base[old_id]) @ weight
+    instruct_tokenizer = AutoTokenizer.from_pretrained(folders["instruct"])
+    for instruct_id, token in instruct_tokenizer.backend_tokenizer.get_added_tokens_decoder().items():
+        expected[output_tokenizer.convert_tokens_to_ids(token.content)] = instruct[instruct_id]
+    return expected
+
+
+def tensor_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with safe_open(path, framework="pt") as handle:
+            total += sum(handle.get_tensor(key).nbytes for key in handle.keys())
+    return total
+
+
+def shard_tensors(folder: Path) -> dict[str, tuple[str, set[str]]]:
+    """shard file -> (its bytes' hash, its tensor names)."""
+    found = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, framework="pt") as handle:
+            found[path.name] = (hashlib.sha256(path.read_bytes()).hexdigest(), set(handle.keys()))
+    return found
+
+
+CASES = {
+    "tied-extend": ("qwen2-tied", "bytelevel", {}),
+    "untied-extend-bf16-all-rows": ("llama-untied", "sentencepiece", {"dtype": torch.bfloat16, "cpt_rows": "all"}),
+    "untied-replace-chat-markers": ("llama-untied", "sentencepiece", {"mode": "replace", "chat_markers": True}),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def family(request, tmp_path_factory, tokenizers_en, tokenizers_ru):
+    architecture, kind, options = CASES[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    return build_family(root, architecture, tokenizers_en[kind], tokenizers_ru[kind], **options), options
+
+
+@pytest.mark.parametrize("method", ["swap", "overlap", "conversion"])
+def test_rows_follow_the_lep_formulas(family, method, tmp_path):
+    folders, options = family
+    out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=tmp_path / "out",
+                               method=method)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    inputs, head, tied = matrices(out)
+    expected_tied = matrices(folders["instruct"])[2]
+    assert tied == expected_tied
+    dtype = options.get("dtype", torch.float32)
+    tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    for side, found in enumerate([inputs] if tied else [inputs, head]):
+        expected = reference(method, folders, tokenizer, side)
+        assert found.shape == expected.shape
+        scale = expected.abs().max()
+        assert torch.allclose(found, expected.to(dtype).double(), atol=tolerance * scale, rtol=0), (side, method)
+
+    entry = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(out)).propagation[-1]
+    assert entry["method"] == method and set(entry["fit"]) == ({"input"} if tied else {"input", "output"})
+    residual = entry["fit"]["input"]
+    assert residual["residual"] <= residual["identity_residual"] + 1e-9
+    assert (residual["residual"] == residual["identity_residual"]) == (method == "swap")
+
+
+def test_output_is_the_instruct_model_with_the_adapted_vocabulary(family, tmp_path):
+    folders, options = family
+    out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=tmp_path / "out")
+    assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
+    instruct_tokenizer = AutoTokenizer.from_pretrained(folders["instruct"])
+    tokenizer, adapted_tokenizer = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(folders["adapted"])
+    text = "Съешь же ещё этих мягких французских булок"
+    assert tokenizer(text)["input_ids"] == adapted_tokenizer(text)["input_ids"]
+    assert tokenizer.chat_template == instruct_tokenizer.chat_template
+    assert tokenizer.eos_token == instruct_tokenizer.eos_token
+    config = json.loads((out / "config.json").read_text())
+    instruct_config = json.loads((folders["instruct"] / "config.json").read_text())
+    assert config["vocab_size"] == matrices(out)[0].shape[0] >= len(tokenizer)
+    assert config["eos_token_id"] == tokenizer.convert_tokens_to_ids(instruct_tokenizer.eos_token)
+    assert {k: v for k, v in config.items() if k not in ("vocab_size", "vocabshift") and not k.endswith("_token_id")
+            } == {k: v for k, v in instruct_config.items() if k != "vocab_size" and not k.endswith("_token_id")}
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation.keys() == json.loads((folders["instruct"] / "generation_config.json").read_text()).keys()
+    assert generation.get("eos_token_id", config["eos_token_id"]) == config["eos_token_id"]
+    if options.get("chat_markers"):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": "привет"}])["input_ids"]
+        assert tokenizer.convert_ids_to_tokens(ids)[0] == "<|user|>" and len(tokenizer) > len(adapted_tokenizer)
+
+    # Streaming: shards without embedding tensors are byte-identical copies, the others hold the same tensors.
+    found, original = shard_tensors(out), shard_tensors(folders["instruct"])
+    assert found.keys() == original.keys() and len(found) > 2
+    embeddings = {"model.embed_tokens.weight", "lm_head.weight"}
+    for name, (digest, keys) in found.items():
+        assert keys == original[name][1]
+        assert (digest == original[name][0]) == (not keys & embeddings), name
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == tensor_bytes(out)
+    assert index["weight_map"] == json.loads((folders["instruct"] / "model.safetensors.index.json").read_text()
+                                             )["weight_map"]

@@ -1,0 +1,145 @@
+"""Bad input to `propagate`: a typed error naming the input and the fix, and no output folder left behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+import vocabshift
+from conftest import SMALL, make_model
+from test_propagate import build_family
+from vocabshift import errors
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory, tokenizers_en, tokenizers_ru):
+    root = tmp_path_factory.mktemp("errors")
+    return build_family(root, "qwen2-tied", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"])
+
+
+def _refused(tmp_path, error, match, adapted, base, instruct, **options):
+    out = tmp_path / "out"
+    with pytest.raises(error, match=match):
+        vocabshift.propagate(adapted, base, instruct, output_dir=out, **options)
+    assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def _save(model, tokenizer, folder):
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _copy(folder, tmp_path):
+    return shutil.copytree(folder, tmp_path / folder.name)
+
+
+def test_unknown_method(family, tmp_path):
+    _refused(tmp_path, errors.InvalidArgumentError, "method='lep' is invalid: pass one of 'swap', 'overlap', "
+             "'conversion'", family["adapted"], family["base"], family["instruct"], method="lep")
+
+
+def test_output_dir_not_empty(family, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("keep me")
+    with pytest.raises(errors.OutputExistsError, match="output_dir=.* exists and is not an empty folder"):
+        vocabshift.propagate(family["adapted"], family["base"], family["instruct"], output_dir=tmp_path / "out")
+    assert (tmp_path / "out" / "notes.txt").read_text() == "keep me"
+
+
+def test_revision_for_a_local_folder(family, tmp_path):
+    _refused(tmp_path, errors.InvalidArgumentError, "base_revision='main' was given but base=.* is a local folder",
+             family["adapted"], family["base"], family["instruct"], base_revision="main")
+
+
+def test_inputs_that_are_not_models(family, tmp_path):
+    (tmp_path / "empty").mkdir()
+    _refused(tmp_path, errors.ModelFolderError, "instruct=.* has no config.json", family["adapted"], family["base"],
+             tmp_path / "empty")
+    _refused(tmp_path, errors.ModelFolderError, "base='/no/such/folder' is neither a local model folder nor a Hub "
+             "repo", family["adapted"], "/no/such/folder", family["instruct"])
+    pickled = _copy(family["instruct"], tmp_path)
+    for path in pickled.glob("model*.safetensors*"):
+        path.unlink()
+    _refused(tmp_path, errors.ModelFolderError, "has no safetensors weights", family["adapted"], family["base"],
+             pickled)
+
+
+def test_adapted_without_record(family, tmp_path):
+    _refused(tmp_path, errors.RecordError, "adapted=.* carries no vocabshift record", family["base"], family["base"],
+             family["instruct"])
+
+
+def test_base_and_instruct_of_another_architecture(family, tokenizers_en, tmp_path):
+    tokenizer = tokenizers_en["bytelevel"]
+    gpt2 = _save(GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4)), tokenizer,
+                 tmp_path / "gpt2")
+    _refused(tmp_path, errors.SiblingMismatchError, "base and instruct differ in architectures: \\['Qwen2ForCausalLM'\\]"
+             " vs \\['GPT2LMHeadModel'\\]", family["adapted"], family["base"], gpt2)
+    wide = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), **{**SMALL, "hidden_size": 32}))
+    _refused(tmp_path, errors.SiblingMismatchError, "differ in hidden size: 64 vs 32", family["adapted"],
+             family["base"], _save(wide, tokenizer, tmp_path / "wide"))
+    untied = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=False, **SMALL))
+    _refused(tmp_path, errors.SiblingMismatchError, "differ in tied output head: True vs False", family["adapted"],
+             family["base"], _save(untied, tokenizer, tmp_path / "untied"))
+
+
+def test_base_and_instruct_with_other_vocabularies(family, tokenizers_ru, tmp_path):
+    other = _save(make_model("qwen2-tied", tokenizers_ru["bytelevel"]), tokenizers_ru["bytelevel"], tmp_path / "ru")
+    _refused(tmp_path, errors.SiblingMismatchError, "base and instruct differ in vocabulary \\(\\d+ base tokens with "
+             "another id in instruct", family["adapted"], family["base"], other)
+
+
+def test_adapted_not_made_from_base(family, tokenizers_ru, tmp_path):
+    base = _save(make_model("qwen2-tied", tokenizers_ru["bytelevel"]), tokenizers_ru["bytelevel"], tmp_path / "b")
+    _refused(tmp_path, errors.LineageError, "adapted was extended from a model with another tokenizer or row count",
+             family["adapted"], base, base)
+    # base and instruct swapped: same tokenizer, but the record says CPT froze the old rows, and they differ
+    _refused(tmp_path, errors.LineageError, "adapted's rows of old tokens differ from base's.*were base and "
+             "instruct swapped", family["adapted"], family["instruct"], family["base"])
+
+
+def _shards(folder):
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    embedding = index["weight_map"]["model.embed_tokens.weight"]
+    return embedding, sorted(set(index["weight_map"].values()) - {embedding})
+
+
+def test_missing_truncated_and_corrupted_shards(family, tmp_path):
+    instruct = _copy(family["instruct"], tmp_path)
+    embedding, others = _shards(instruct)
+    path = instruct / others[0]
+    data = path.read_bytes()
+    path.unlink()
+    _refused(tmp_path, errors.ShardError, f"The shard .*{others[0]}' is missing", family["adapted"], family["base"],
+             instruct)
+    path.write_bytes(data[:-10])
+    _refused(tmp_path, errors.ShardError, "is not a valid safetensors file \\(the tensors end at byte \\d+ but the "
+             "file has \\d+\\): it is truncated or corrupted", family["adapted"], family["base"], instruct)
+    path.write_bytes(b"\xff" * 8 + data[8:])
+    _refused(tmp_path, errors.ShardError, "header length", family["adapted"], family["base"], instruct)
+    path.write_bytes(data)
+    adapted = _copy(family["adapted"], tmp_path)
+    adapted_embedding, _ = _shards(adapted)
+    (adapted / adapted_embedding).write_bytes((adapted / adapted_embedding).read_bytes()[:100])
+    _refused(tmp_path, errors.ShardError, f"{adapted_embedding}' is not a valid safetensors file", adapted,
+             family["base"], instruct)
+
+
+def test_index_that_disagrees_with_its_shards(family, tmp_path):
+    instruct = _copy(family["instruct"], tmp_path)
+    embedding, others = _shards(instruct)
+    index = json.loads((instruct / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.norm.weight"] = others[0] if index["weight_map"]["model.norm.weight"] != others[0] \
+        else others[1]
+    (instruct / "model.safetensors.index.json").write_text(json.dumps(index))
+    _refused(tmp_path, errors.ShardError, "puts model.norm.weight in .*, which does not hold it", family["adapted"],
+             family["base"], instruct)
+
+
+def test_errors_are_builtin_errors():
+    assert issubclass(errors.ShardError, OSError) and issubclass(errors.OutputExistsError, FileExistsError)
+    assert issubclass(errors.SiblingMismatchError, ValueError) and issubclass(errors.LineageError, ValueError)
