@@ -21,6 +21,7 @@ from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
+from .data import pack_blocks
 from .evaluation import eval_mode
 from .freeze import freeze_for_embedding_training
 from .metrics import bits_per_byte
@@ -180,18 +181,10 @@ def _check(methods: Any, method_options: Any, steps: Any, eval_every: Any, held_
 
 def _batches(tokenizer: Any, texts: Sequence[str], count: int, length: int, seed: int) -> torch.Tensor:
     """`count` blocks of `length` tokens: texts packed (eos-separated), block order shuffled with `seed`, cycled."""
-    separator = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    ids = [i for encoded in tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-           for i in (*encoded, *separator)]
-    usable = len(ids) // length
-    if usable == 0:
-        raise InvalidArgumentError(
-            f"train_texts give {len(ids)} tokens, fewer than one block of context_length={length}: pass more text."
-        )
-    blocks = torch.tensor(ids[: usable * length]).view(usable, length)
+    blocks = pack_blocks(tokenizer, texts, length)
     generator = torch.Generator().manual_seed(seed)
-    epochs = -(-count // usable)
-    order = torch.cat([torch.randperm(usable, generator=generator) for _ in range(epochs)])[:count]
+    epochs = -(-count // len(blocks))
+    order = torch.cat([torch.randperm(len(blocks), generator=generator) for _ in range(epochs)])[:count]
     return blocks[order]
 
 
