@@ -17,8 +17,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import warnings
+from pathlib import Path
 
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
@@ -84,6 +87,10 @@ def main() -> None:
         card = vocabshift.model_card(folder, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
                                      base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
         card.save(folder / "README.md")
+    with warnings.catch_warnings():  # the card's metadata must load cleanly
+        warnings.simplefilter("error")
+        metadata = ModelCard.load(Path(args.output) / "README.md").data
+    print(f"model card: base_model {metadata.base_model}, language {metadata.language}, tags {metadata.tags}")
     with LoopbackHub() as hub:
         url = vocabshift.push_to_hub(args.output, "loopback-user/smollm2-ru")
         reloaded = AutoModelForCausalLM.from_pretrained("loopback-user/smollm2-ru").eval()
