@@ -11,6 +11,7 @@ the named baseline `random`, both after the last step.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from pathlib import Path
 
@@ -39,12 +40,16 @@ def main() -> None:
         learning_rate=options.learning_rate, source_tokenizer=source, output_dir=OUTPUT,
     )
     minutes = (time.perf_counter() - start) / 60
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_minutes = (usage.ru_utime + usage.ru_stime) / 60
     best, random = result.curves[result.best][-1][1], result.curves["random"][-1][1]
     summary = "\n".join([
         "",
         f"Best after {options.steps} steps: {result.best} at {best:.3f} bits/byte vs the baseline random at "
         f"{random:.3f} (ratio {best / random:.3f}).",
-        f"Wall time of the whole script: {minutes:.1f} min. Machine: before {load_before}; after {machine_load()}.",
+        f"Wall time of the whole script: {minutes:.1f} min; CPU time {cpu_minutes:.1f} min (under contention this "
+        "includes OpenMP threads spinning while their partner thread is descheduled, so it is no load-free figure).",
+        f"Machine: before {load_before}; after {machine_load()}.",
         "Command: `python benchmarks/bench_probe.py " + " ".join(
             f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in vars(options).items()) + "`",

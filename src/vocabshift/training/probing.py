@@ -23,7 +23,7 @@ from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
 from .data import pack_blocks
 from .evaluation import eval_mode
-from .freeze import freeze_for_embedding_training
+from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
 
@@ -126,8 +126,9 @@ def probe(
         `ProbeResult`: curves, ranking (`result.best`), and the written paths.
 
     Raises:
-        `UnknownMethodError`, `InvalidArgumentError` (bad counts, unknown method in `method_options`, too little
-        training text), and whatever `extend_vocabulary` raises for bad tokenizers or options.
+        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError` (bad counts or rows, unknown method in
+        `method_options`, too little training text), `ImportError` (output_dir without matplotlib): all before
+        any training; then whatever `extend_vocabulary` raises for bad tokenizers.
 
     Example:
         ```python
@@ -138,6 +139,8 @@ def probe(
         ```
     """
     options = _check(methods, method_options, steps, eval_every, held_out_texts)
+    if rows not in ROW_CHOICES:
+        raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
     if output_dir is not None:
         require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
