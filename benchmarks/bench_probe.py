@@ -33,7 +33,7 @@ def main() -> None:
     load_before, start = machine_load(), time.perf_counter()
     train, held_out = russian_lines()
     model, source = load_smollm2()
-    ru = russian_tokenizer(source, train)
+    ru = russian_tokenizer(source)
     result = vocabshift.probe(
         model, ru, train[::8], held_out, methods=options.methods, steps=options.steps,
         eval_every=options.eval_every, batch_size=options.batch_size, context_length=options.context_length,
