@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.run(args)
-    except (VocabShiftError, HfHubHTTPError, OSError) as error:  # expected failures: the message says what to do
+    except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
         print(f"error: {error}", file=sys.stderr)
         return 1
 

@@ -15,7 +15,7 @@ from .record import CONFIG_KEY
 from .save import atomic_folder
 from .training import EmbeddingOnlyCallback, evaluate, probe
 from .training.data import pack_blocks, read_texts
-from .training.plots import plot_curves
+from .training.plots import plot_curves, require_matplotlib
 
 __all__: list[str] = []
 
@@ -39,6 +39,7 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
+    require_matplotlib()  # for the loss curve: fail now, not after training
     model, tokenizer = load_model(args.model), AutoTokenizer.from_pretrained(args.model)
     blocks = pack_blocks(tokenizer, texts, args.context_length)
     dataset = [{"input_ids": block, "labels": block} for block in blocks]
