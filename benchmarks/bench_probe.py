@@ -25,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--methods", nargs="+", default=["random", "mean", "multivariate", "subword"])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--context-length", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
