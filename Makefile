@@ -27,3 +27,5 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/bench_methods.py
 	$(PY) benchmarks/bench_tokenizer_speed.py
+	$(PY) benchmarks/bench_cpt_step.py
+	$(PY) benchmarks/bench_probe.py

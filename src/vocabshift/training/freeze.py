@@ -60,7 +60,7 @@ def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[
     Call it before building the optimizer: optimizers (and the Trainer) only take parameters that require grad.
 
     Returns:
-        The embedding parameters, now the trainable ones (with `keep`).
+        The embedding parameters (trainable now, together with `keep`).
     """
     embeddings = embedding_parameters(model)
     trainable = {id(p) for p in (*embeddings, *keep)}

@@ -21,8 +21,9 @@ from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
+from .data import pack_blocks
 from .evaluation import eval_mode
-from .freeze import freeze_for_embedding_training
+from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
 
@@ -125,8 +126,9 @@ def probe(
         `ProbeResult`: curves, ranking (`result.best`), and the written paths.
 
     Raises:
-        `UnknownMethodError`, `InvalidArgumentError` (bad counts, unknown method in `method_options`, too little
-        training text), and whatever `extend_vocabulary` raises for bad tokenizers or options.
+        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError` (bad counts or rows, unknown method in
+        `method_options`, too little training text), `ImportError` (output_dir without matplotlib): all before
+        any training; then whatever `extend_vocabulary` raises for bad tokenizers.
 
     Example:
         ```python
@@ -137,6 +139,8 @@ def probe(
         ```
     """
     options = _check(methods, method_options, steps, eval_every, held_out_texts)
+    if rows not in ROW_CHOICES:
+        raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
     if output_dir is not None:
         require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
@@ -180,18 +184,10 @@ def _check(methods: Any, method_options: Any, steps: Any, eval_every: Any, held_
 
 def _batches(tokenizer: Any, texts: Sequence[str], count: int, length: int, seed: int) -> torch.Tensor:
     """`count` blocks of `length` tokens: texts packed (eos-separated), block order shuffled with `seed`, cycled."""
-    separator = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    ids = [i for encoded in tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-           for i in (*encoded, *separator)]
-    usable = len(ids) // length
-    if usable == 0:
-        raise InvalidArgumentError(
-            f"train_texts give {len(ids)} tokens, fewer than one block of context_length={length}: pass more text."
-        )
-    blocks = torch.tensor(ids[: usable * length]).view(usable, length)
+    blocks = pack_blocks(tokenizer, texts, length)
     generator = torch.Generator().manual_seed(seed)
-    epochs = -(-count // usable)
-    order = torch.cat([torch.randperm(usable, generator=generator) for _ in range(epochs)])[:count]
+    epochs = -(-count // len(blocks))
+    order = torch.cat([torch.randperm(len(blocks), generator=generator) for _ in range(epochs)])[:count]
     return blocks[order]
 
 
