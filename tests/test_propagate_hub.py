@@ -50,9 +50,10 @@ def _refuse_loading(*args, **kwargs):
     raise AssertionError("propagate loaded a whole safetensors file")
 
 
-def _record_reads(monkeypatch, read: list[Path]) -> None:
-    """Record the files whose tensor bytes are read into memory: matrix rows, and byte ranges of rewritten shards."""
-    gather, copy_range = shards.Matrix.gather, shards._copy_range
+def _record_reads(monkeypatch, read: list[Path], copied: list[tuple[Path, str]]) -> None:
+    """Record the files whose tensor bytes are read into memory (matrix rows, byte ranges of rewritten shards) and
+    the files copied byte for byte; a copy that reads through Python buffers (`copyfileobj`) fails."""
+    gather, copy_range, copyfile = shards.Matrix.gather, shards._copy_range, shards.shutil.copyfile
 
     def recorded_gather(self, ids):
         read.append(self.path)
@@ -62,14 +63,21 @@ def _record_reads(monkeypatch, read: list[Path]) -> None:
         read.append(path)
         return copy_range(source, target, begin, end, path)
 
+    def recorded_copyfile(source, target, **kwargs):
+        copied.append((Path(source), Path(target).name))
+        return copyfile(source, target, **kwargs)
+
     monkeypatch.setattr(shards.Matrix, "gather", recorded_gather)
     monkeypatch.setattr(shards, "_copy_range", recorded_copy_range)
+    monkeypatch.setattr(shards.shutil, "copyfile", recorded_copyfile)
+    monkeypatch.setattr(shards.shutil, "copyfileobj", _refuse_loading)
 
 
 def test_propagate_from_repo_ids(family, loopback_hub, tmp_path, monkeypatch):
     commits = _upload(loopback_hub, family)
     read: list[Path] = []
-    _record_reads(monkeypatch, read)
+    copied: list[tuple[Path, str]] = []
+    _record_reads(monkeypatch, read, copied)
     for module in (safetensors.torch, safetensors):
         for name in ("load_file", "load", "safe_open"):
             monkeypatch.setattr(module, name, _refuse_loading, raising=False)
@@ -90,6 +98,8 @@ def test_propagate_from_repo_ids(family, loopback_hub, tmp_path, monkeypatch):
     roles = {path: next(r for r in ROLES if f"models--loopback-user--{r}" in str(path)) for path in read}
     assert {(roles[path], path.name) for path in read} == {
         (role, name) for role in ROLES for name in _embedding_shards(family[role])[0]}
+    assert sorted(name for _, name in copied) == sorted(others)  # instruct's other shards, copied by the kernel
+    assert all("models--loopback-user--instruct" in str(source) for source, _ in copied)
 
     local = vocabshift.propagate(*(family[role] for role in ROLES), output_dir=tmp_path / "local")
     remote_model, local_model = (AutoModelForCausalLM.from_pretrained(f) for f in (out, local))
