@@ -3,7 +3,8 @@
 `swap`: W = I. `overlap`: W = argmin ‖E_b[S] W − E_i[S]‖ over the tokens S that the adapted vocabulary shares with
 the base one. `conversion`: the same pairs plus, for each new token, the mean of its decomposition's rows on both
 sides (the decompositions stored in the ExtensionRecord, computed on canonical token forms, so byte-level
-tokenizers are handled). The normal equations are accumulated over row blocks (memory O(hidden²)) and solved by SVD.
+tokenizers are handled). The normal equations are accumulated over row blocks (memory O(hidden²)) and solved by
+a complete orthogonal factorization (LAPACK gelsy; several times faster than the SVD-based gelsd at hidden 2048).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class _NormalEquations:
 
     def solve(self) -> tuple[torch.Tensor, float]:
         """W (float64) and ‖AW − B‖² computed from the accumulated products."""
-        weight = torch.linalg.lstsq(self.gram, self.cross, driver="gelsd").solution
+        weight = torch.linalg.lstsq(self.gram, self.cross, driver="gelsy").solution
         error = self.target_norm - 2 * float((weight * self.cross).sum()) + float((weight * (self.gram @ weight)).sum())
         return weight, max(error, 0.0)
 
