@@ -29,3 +29,5 @@ bench: setup
 	$(PY) benchmarks/bench_tokenizer_speed.py
 	$(PY) benchmarks/bench_cpt_step.py
 	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_lep_smollm2.py
+	$(PY) benchmarks/bench_lep_stream.py
