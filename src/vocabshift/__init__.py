@@ -16,6 +16,7 @@ from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
+from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
 __all__ = [
     "ExtensionRecord",
@@ -23,17 +24,20 @@ __all__ = [
     "InitResult",
     "MergeReport",
     "VocabShiftError",
+    "WordVectors",
     "__version__",
     "align",
     "extend_vocabulary",
     "get_method",
     "get_record",
     "list_methods",
+    "load_word_vectors",
     "merge_tokenizers",
     "methods",
     "register_method",
     "tokens_per_word",
     "train_tokenizer",
+    "train_word_vectors",
 ]
 
 
