@@ -12,6 +12,8 @@ import hashlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +34,16 @@ logger = logging.getLogger(__name__)
 Level = Literal["token", "word", "auto"]
 _BATCH = 1000
 _CACHE_FORMAT = 1  # bump when the cached files change meaning
+_TRAIN_SCRIPT = """
+import json, sys
+import fasttext
+try:
+    fasttext.train_unsupervised(**json.loads(sys.argv[1])).save_model(sys.argv[2])
+except (RuntimeError, ValueError) as error:  # e.g. an empty vocabulary after min_count
+    print(error)
+    sys.exit(1)
+"""
+_MARKERS = ("\u2581", "\u0120", "##")  # SentencePiece / byte-level word start, WordPiece continuation
 
 
 class WordVectors:
@@ -40,8 +52,9 @@ class WordVectors:
     Args:
         words (`Sequence[str]`): the vocabulary, most frequent first.
         vectors (`np.ndarray`): `(len(words), dim)` rows.
-        level (`str`, defaults to `"word"`): `"token"`, `"word"`, or `"auto"` (unknown: methods pick the level
-            under which more of the tokenizer's tokens are found).
+        level (`str`, defaults to `"word"`): `"token"`, `"word"`, or `"auto"` (unknown, e.g. a file without the
+            metadata `train_word_vectors` writes: token level when at least 10% of the keys start with a token
+            marker such as `▁`, `Ġ` or `##`).
         family (`str`, *optional*): at token level, the tokenizer family of the keys (`"bytelevel"`,
             `"sentencepiece"`, `"wordpiece"`); None means the family of the new tokenizer.
         source (`str`, *optional*): where the vectors come from, for the extension record.
@@ -109,10 +122,10 @@ class WordVectors:
     def token_vectors(self, forms: Sequence[TokenForm], family: Family) -> tuple[np.ndarray, np.ndarray, str]:
         """Vectors of token forms, the mask of tokens that have one, and the level used (`"auto"` resolved)."""
         level = self.level
-        if level == "auto":  # a file without metadata: the reading that finds more tokens wins
-            counts = {lv: self.lookup(self.token_keys(forms, family, lv))[1].sum() for lv in ("token", "word")}
-            level = "token" if counts["token"] >= counts["word"] else "word"
-            logger.info("Word vectors %s read at %s level (%s tokens found).", self.source, level, counts)
+        if level == "auto":  # a file without metadata: token strings carry word-start or continuation markers
+            marked = sum(word.startswith(_MARKERS) for word in self.words)
+            level = "token" if marked >= 0.1 * len(self) else "word"
+            logger.info("Word vectors %s read at %s level (%d of %d keys marked).", self.source, level, marked, len(self))
         keys = self.token_keys(forms, self.family or family, level)
         vectors, found = self.lookup(keys, compose=level == "word")
         return vectors, found, level
@@ -141,9 +154,9 @@ def train_word_vectors(
     """Train fastText vectors on `corpus` (or load them from the cache), at token level if `tokenizer` is given.
 
     At token level each document is cut into tokens by `tokenizer` and the tokens' strings are the words, as FOCUS
-    trains its auxiliary model; at word level the text is used as is. Training uses one thread (fastText is only
-    reproducible that way) and CBOW with 10 negatives like FOCUS; `bucket` is much smaller than fastText's 2M so that
-    models stay tens of MB.
+    trains its auxiliary model; at word level the text is used as is. fastText runs with one thread in a fresh
+    process, which makes it reproducible, with CBOW and 10 negatives like FOCUS; `bucket` is much smaller than
+    fastText's 2M so that models stay tens of MB.
 
     Args:
         corpus: a path to a UTF-8 text file (one document per line) or a list of strings.
@@ -181,24 +194,26 @@ def train_word_vectors(
 
 def _train(corpus: Any, tokenizer: Any, settings: dict[str, Any], meta: dict[str, Any], path: Path) -> None:
     """Write the (tokenized) corpus to a temporary file, train, then move model and metadata into place."""
-    import fasttext
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".train-") as folder:
-        text = Path(folder) / "corpus.txt"
+        text, model = Path(folder) / "corpus.txt", Path(folder) / "model.bin"
         _write_training_text(corpus, tokenizer, text, meta["documents"])
         verbose = 0 if are_progress_bars_disabled() else 2
-        try:
-            trained = fasttext.train_unsupervised(str(text), thread=1, verbose=verbose, **settings)
-        except (RuntimeError, ValueError) as error:  # an empty vocabulary, or divergence ("Encountered NaN")
+        arguments = json.dumps({"input": str(text), "thread": 1, "verbose": verbose, **settings})
+        # fastText initializes only thread/10 of its input matrix (fasttext's DenseMatrix::uniform) and leaves the
+        # rest as allocated: in a fresh process with a fixed mmap threshold that memory is zeroed, so one-thread
+        # training is reproducible; in a busy process it can hold garbage (NaN, run-to-run differences).
+        environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+        result = subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, arguments, str(model)], env=environment,
+                                stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode:
             raise CorpusError(
-                f"fastText could not train on the corpus ({meta['documents']} documents): {error} Pass more text, "
-                f"a smaller min_count (now {settings['minCount']}) or a larger bucket (now {settings['bucket']})."
-            ) from None
-        trained.save_model(str(Path(folder) / "model.bin"))
+                f"fastText could not train on the corpus ({meta['documents']} documents): {result.stdout.strip()} "
+                f"Pass more text, or a smaller min_count (now {settings['minCount']})."
+            )
         Path(folder, "model.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         os.replace(Path(folder) / "model.json", path.with_suffix(".json"))
-        os.replace(Path(folder) / "model.bin", path)
+        os.replace(model, path)
 
 
 def _write_training_text(corpus: Any, tokenizer: Any, text: Path, count: int) -> None:
@@ -248,6 +263,7 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
     level = level or meta.get("level", "auto")
     if path.suffix == ".bin":
         words, vectors, model = _read_bin(path)
+        model = None if level == "token" else model  # only word level composes unseen keys
     else:
         (words, vectors), model = _read_vec(path), None
     return WordVectors(words, vectors, level=level, family=meta.get("family"), source=str(path), model=model)

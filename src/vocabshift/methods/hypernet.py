@@ -28,11 +28,15 @@ _DROPOUT = 0.2
 
 
 class _Hypernetwork(nn.Module):
-    def __init__(self, words: torch.Tensor, encoder: Encoder, hidden: int, out: int) -> None:
+    """Unit-norm word vectors in; outputs at the scale of the targets (`scale`, their RMS), so that the layers work
+    at unit scale whatever the size of the coordinates (about 1 / sqrt(vocabulary size))."""
+
+    def __init__(self, words: torch.Tensor, encoder: Encoder, hidden: int, out: int, scale: float) -> None:
         super().__init__()
         dim = words.shape[1]
-        self.words = nn.Embedding.from_pretrained(torch.cat([words, torch.zeros(1, dim)]), freeze=True,
-                                                  padding_idx=len(words))
+        table = torch.cat([F.normalize(words.float(), dim=1), torch.zeros(1, dim)])
+        self.words = nn.Embedding.from_pretrained(table, freeze=True, padding_idx=len(words))
+        self.register_buffer("scale", torch.tensor(float(scale)))
         self.encoder = encoder
         if encoder == "bilstm":
             self.lstm = nn.LSTM(dim, hidden, batch_first=True, bidirectional=True)
@@ -49,7 +53,7 @@ class _Hypernetwork(nn.Module):
         else:
             mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).unsqueeze(-1)
             z = (self.phi(x) * mask).sum(dim=1) / lengths[:, None]
-        return self.head(z)
+        return self.head(z) * self.scale
 
 
 def _loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -110,7 +114,7 @@ def train_hypernetwork(word_vectors: torch.Tensor, sets: list[torch.Tensor], tar
     pad = len(word_vectors)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _Hypernetwork(word_vectors, encoder, hidden, targets.shape[1])
+        model = _Hypernetwork(word_vectors, encoder, hidden, targets.shape[1], targets.pow(2).mean().sqrt())
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=_LEARNING_RATE)
         best, best_state, since, epoch = float("inf"), None, 0, 0
         for epoch in tqdm(range(1, max_epochs + 1), desc="HyperOFA: training hypernetwork", leave=False):

@@ -34,7 +34,8 @@ class SparseWeights:
     def apply(self, matrix: torch.Tensor, key_rows: torch.Tensor) -> torch.Tensor:
         """`(count, hidden)` rows: row i = sum_j values_ij * matrix[key_rows[j]] (no copy of `matrix`)."""
         index = torch.stack([self.rows, key_rows[self.cols]])
-        sparse = torch.sparse_coo_tensor(index, self.values.to(matrix.dtype), (self.count, matrix.shape[0]))
+        sparse = torch.sparse_coo_tensor(index, self.values.to(matrix.dtype), (self.count, matrix.shape[0]),
+                                         check_invariants=True)
         return torch.sparse.mm(sparse.coalesce(), matrix)
 
 

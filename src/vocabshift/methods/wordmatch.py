@@ -64,7 +64,8 @@ class WordSets:
         rows = torch.from_numpy(np.repeat(np.arange(len(counts)), counts))
         values = torch.from_numpy(1.0 / np.maximum(counts, 1)).float()[rows]
         index = torch.stack([rows, torch.from_numpy(self.words)])
-        sparse = torch.sparse_coo_tensor(index, values, (len(counts), len(vectors)), is_coalesced=True)
+        sparse = torch.sparse_coo_tensor(index, values, (len(counts), len(vectors)), is_coalesced=True,
+                                         check_invariants=True)
         return torch.sparse.mm(sparse, torch.from_numpy(vectors))
 
 
