@@ -10,7 +10,8 @@ model both methods use). vocabshift is timed end to end (`model.extend_vocabular
 word_vectors=path)`: alignment, FOCUS, writing the rows); deepfocus's `FOCUS(...)` is timed on its first call in the
 process (numba compiles then) and on a second call. Rows: per-row cosine of the rows both combine (tokens with a
 fastText vector), out of the box and with deepfocus given our shared pairs (its decoded-string canonicalization maps
-partial UTF-8 tokens to U+FFFD, so it copies some rows from unrelated tokens). Results:
+partial UTF-8 tokens to U+FFFD, so it copies some rows from unrelated tokens; and it uses fastText's line-end word
+"</s>" as the vector of the EOS token "</s>" where the tokenizer has one, which the same-overlap run turns off). Results:
 benchmarks/results/focus_vs_deepfocus.md.
 """
 
@@ -48,14 +49,20 @@ def _deepfocus(tokenizer, source, matrix, path, shared=None, extend_tokenizer=No
                 info.source = [TokenClass(source.convert_ids_to_tokens(index), index, "", "", "", "", False)]
         return overlap, new
 
+    rare = reference.is_very_rare_token
+
+    def not_line_end(token, model):  # fastText's line-end word "</s>" is no token vector (it matches EOS by name)
+        return token == "</s>" or rare(token, model)
+
     reference.get_overlapping_tokens = same_overlap if shared is not None else original
+    reference.is_very_rare_token = not_line_end if shared is not None else rare
     try:
         started = time.perf_counter()
         rows = reference.FOCUS(target_tokenizer=tokenizer, source_tokenizer=source, source_embeddings=matrix,
                                fasttext_model_path=path, extend_tokenizer=extend_tokenizer, verbosity="silent")
         return rows, time.perf_counter() - started
     finally:
-        reference.get_overlapping_tokens = original
+        reference.get_overlapping_tokens, reference.is_very_rare_token = original, rare
 
 
 def _cosines(ours: torch.Tensor, theirs: torch.Tensor) -> dict:
