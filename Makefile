@@ -27,3 +27,7 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/bench_methods.py
 	$(PY) benchmarks/bench_tokenizer_speed.py
+	$(PY) benchmarks/bench_cpt_step.py
+	$(PY) benchmarks/bench_probe.py
+	$(PY) benchmarks/bench_wordvec_init.py
+	$(PY) benchmarks/bench_wordvec_7b.py

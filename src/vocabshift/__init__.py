@@ -12,29 +12,43 @@ from transformers import PreTrainedModel
 from . import methods
 from .errors import VocabShiftError
 from .extend import extend_vocabulary
+from .hub import model_card, push_to_hub
+from .inspection import inspect_folder
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
+from .save import save_pretrained_atomic
+from .training import EmbeddingOnlyCallback, Evaluation, ProbeResult, SecondStage, evaluate, probe
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
 __all__ = [
+    "EmbeddingOnlyCallback",
+    "Evaluation",
     "ExtensionRecord",
     "InitContext",
     "InitResult",
     "MergeReport",
+    "ProbeResult",
+    "SecondStage",
     "VocabShiftError",
     "WordVectors",
     "__version__",
     "align",
+    "evaluate",
     "extend_vocabulary",
     "get_method",
     "get_record",
+    "inspect_folder",
     "list_methods",
     "load_word_vectors",
     "merge_tokenizers",
     "methods",
+    "model_card",
+    "probe",
+    "push_to_hub",
     "register_method",
+    "save_pretrained_atomic",
     "tokens_per_word",
     "train_tokenizer",
     "train_word_vectors",

@@ -14,11 +14,14 @@ __all__ = [
     "InvalidTokenizerError",
     "MethodOptionError",
     "MethodResultError",
+    "ModelFolderError",
     "NoNewTokensError",
     "RecordError",
     "TokenizerLoadError",
     "TokenizerMismatchError",
+    "TrainingSetupError",
     "UnknownMethodError",
+    "UnsafeWeightsError",
     "UnsupportedModelError",
     "UnsupportedTokenizerError",
     "VocabShiftError",
@@ -77,6 +80,18 @@ class UnsupportedModelError(VocabShiftError, TypeError):
 
 class RecordError(VocabShiftError, ValueError):
     """A model carries no ExtensionRecord, or one that cannot be read."""
+
+
+class ModelFolderError(VocabShiftError, FileNotFoundError):
+    """A path is not a saved model folder (no config.json, no safetensors weights), or cannot be replaced safely."""
+
+
+class UnsafeWeightsError(VocabShiftError, ValueError):
+    """A folder to publish holds pickle files (.bin, .pt, .pth, .ckpt, .pkl): vocabshift pushes safetensors only."""
+
+
+class TrainingSetupError(VocabShiftError, RuntimeError):
+    """A training setup in which embedding-only training cannot be made safe (e.g. an optimizer built before freezing)."""
 
 
 class CorpusError(VocabShiftError, ValueError):

@@ -9,16 +9,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from . import __version__
+from .embeddings import Embeddings, assemble_weights, find_embeddings, row_count
 from .errors import (
     InvalidArgumentError,
     MethodResultError,
     NoNewTokensError,
+    TokenizerLoadError,
     TokenizerMismatchError,
     UnsupportedModelError,
 )
@@ -34,20 +35,6 @@ __all__ = ["extend_vocabulary"]
 
 logger = logging.getLogger(__name__)
 _MODES = ("extend", "replace")
-
-
-@dataclass(frozen=True)
-class _Embeddings:
-    """The model's embedding modules: input, untied output head (or None), any head (tied or not)."""
-
-    input: torch.nn.Module
-    output: torch.nn.Module | None
-    head: torch.nn.Module | None
-    rows: int
-
-    @property
-    def tied(self) -> bool:
-        return self.head is not None and self.output is None
 
 
 def extend_vocabulary(
@@ -83,7 +70,7 @@ def extend_vocabulary(
     Raises:
         `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError`, `InvalidTokenizerError`,
         `TokenizerLoadError`, `TokenizerMismatchError`, `IncompatibleTokenizerError`, `NoNewTokensError`,
-        `UnsupportedModelError`: all before the model is touched.
+        `UnsupportedModelError`, `MethodResultError`: all before the model is touched.
 
     Example:
         ```python
@@ -96,7 +83,7 @@ def extend_vocabulary(
     spec = get_method(method)
     config = build_config(spec, method_options)
     _check_arguments(mode, pad_to_multiple_of, seed)
-    embeddings = _embeddings(model)
+    embeddings = find_embeddings(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     _check_belongs(model, source, embeddings)
@@ -114,10 +101,84 @@ def extend_vocabulary(
     context = _context(embeddings, alignment, source, target, seed, new)
     result = spec.function(context, config)
     _check_result(result, context, method)
-    rows = _row_count(embeddings, len(target), mode, pad_to_multiple_of)
-    copies = _copies(embeddings, alignment, mode)
-    weights = _assemble_all(embeddings, copies, alignment, result, rows, len(source))
-    record = ExtensionRecord(
+    rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
+    weights = assemble_weights(embeddings, alignment, result, rows, mode, len(source))
+    record = _record(model, method, mode, seed, config, embeddings, source, new, target, alignment, result, report,
+                     rows)
+    _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
+    return target
+
+
+def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any) -> None:
+    if mode not in _MODES:
+        raise InvalidArgumentError(f"mode={mode!r} is invalid: pass one of {', '.join(map(repr, _MODES))}.")
+    if pad_to_multiple_of is not None and (not _is_int(pad_to_multiple_of) or pad_to_multiple_of <= 0):
+        raise InvalidArgumentError(
+            f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass a positive int (e.g. 64) or None."
+        )
+    if not _is_int(seed) or seed < 0:
+        raise InvalidArgumentError(f"seed={seed!r} is invalid: pass a non-negative int.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _default_source(model: Any, source_tokenizer: Any) -> Any:
+    if source_tokenizer is not None:
+        return source_tokenizer
+    path = str(getattr(model, "name_or_path", "") or "")
+    if not path:
+        raise TokenizerLoadError(
+            f"source_tokenizer was not given and model.name_or_path is empty (a {type(model).__name__} built in "
+            "memory): pass source_tokenizer=<the model's tokenizer>."
+        )
+    return path
+
+
+def _check_belongs(model: Any, source: Any, embeddings: Embeddings) -> None:
+    if len(source) > embeddings.rows:
+        raise TokenizerMismatchError(
+            f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
+            "rows: it is not this model's tokenizer. Pass the tokenizer the model was trained with."
+        )
+    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
+        expected = get_record(model).tokenizer_sha256
+        if fingerprint(source) != expected:
+            raise TokenizerMismatchError(
+                "source_tokenizer is not the tokenizer returned by the model's last extend_vocabulary call "
+                f"(fingerprint {expected[:12]}...): pass that tokenizer."
+            )
+
+
+def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,
+             new: Any) -> InitContext:
+    count = len(alignment.source_forms)
+    source_input = embeddings.input.weight.detach()[:count].float()
+    output = embeddings.output
+    source_output = None if output is None else output.weight.detach()[:count].float()
+    return InitContext(source_input, source_output, alignment, source, target, seed, embeddings.tied, new)
+
+
+def _check_result(result: Any, context: InitContext, method: str) -> None:
+    """Methods may be user-registered: refuse wrong shapes and non-finite rows before writing anything."""
+    if not isinstance(result, InitResult):
+        raise MethodResultError(f"Method {method!r} returned {type(result).__name__}, not an InitResult.")
+    shape = (context.num_new, context.source_input.shape[1])
+    checked = [("input_rows", result.input_rows)]
+    if context.source_output is not None:
+        checked.append(("output_rows", result.output_rows))
+    for name, rows in checked:
+        if not isinstance(rows, torch.Tensor) or tuple(rows.shape) != shape or not torch.isfinite(rows).all():
+            raise MethodResultError(
+                f"Method {method!r} returned {name} that are not a finite {shape} tensor; the model is unchanged."
+            )
+
+
+def _record(model: Any, method: str, mode: str, seed: int, config: Any, embeddings: Embeddings, source: Any,
+            new: Any, target: Any, alignment: Alignment, result: InitResult, report: Any, rows: int
+            ) -> ExtensionRecord:
+    return ExtensionRecord(
         method=method,
         mode=mode,
         seed=seed,
@@ -143,8 +204,6 @@ def extend_vocabulary(
         tokenizer_report=report.to_dict() if report else {},
         vocabshift_version=__version__,
     )
-    _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
-    return target
 
 
 def _config_summary(config: Any) -> dict[str, Any]:
@@ -163,132 +222,6 @@ def _config_summary(config: Any) -> dict[str, Any]:
     return summary
 
 
-def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any) -> None:
-    if mode not in _MODES:
-        raise InvalidArgumentError(f"mode={mode!r} is invalid: pass one of {', '.join(map(repr, _MODES))}.")
-    if pad_to_multiple_of is not None and (not _is_int(pad_to_multiple_of) or pad_to_multiple_of <= 0):
-        raise InvalidArgumentError(
-            f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass a positive int (e.g. 64) or None."
-        )
-    if not _is_int(seed) or seed < 0:
-        raise InvalidArgumentError(f"seed={seed!r} is invalid: pass a non-negative int.")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _embeddings(model: Any) -> _Embeddings:
-    try:
-        inputs = model.get_input_embeddings()
-    except (AttributeError, NotImplementedError):
-        inputs = None
-    weight = getattr(inputs, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() gave "
-            f"{type(inputs).__name__}): pass a transformers model with token embeddings."
-        )
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and head.weight.shape != weight.shape:
-        raise UnsupportedModelError(
-            f"{type(model).__name__}'s output head has shape {tuple(head.weight.shape)} but its input embeddings "
-            f"{tuple(weight.shape)}: vocabshift needs one row per token in both."
-        )
-    untied = head if head is not None and head.weight is not weight else None
-    return _Embeddings(inputs, untied, head, weight.shape[0])
-
-
-def _default_source(model: Any, source_tokenizer: Any) -> Any:
-    if source_tokenizer is not None:
-        return source_tokenizer
-    return str(getattr(model, "name_or_path", "") or "")
-
-
-def _check_belongs(model: Any, source: Any, embeddings: _Embeddings) -> None:
-    if len(source) > embeddings.rows:
-        raise TokenizerMismatchError(
-            f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
-            "rows: it is not this model's tokenizer. Pass the tokenizer the model was trained with."
-        )
-    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        expected = get_record(model).tokenizer_sha256
-        if fingerprint(source) != expected:
-            raise TokenizerMismatchError(
-                "source_tokenizer is not the tokenizer returned by the model's last extend_vocabulary call "
-                f"(fingerprint {expected[:12]}...): pass that tokenizer."
-            )
-
-
-def _context(embeddings: _Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,
-             new: Any) -> InitContext:
-    count = len(alignment.source_forms)
-    source_input = embeddings.input.weight.detach()[:count].float()
-    output = embeddings.output
-    source_output = None if output is None else output.weight.detach()[:count].float()
-    return InitContext(source_input, source_output, alignment, source, target, seed, embeddings.tied, new)
-
-
-def _check_result(result: Any, context: InitContext, method: str) -> None:
-    """Methods may be user-registered: refuse wrong shapes and non-finite rows before writing anything."""
-    if not isinstance(result, InitResult):
-        raise MethodResultError(f"Method {method!r} returned {type(result).__name__}, not an InitResult.")
-    shape = (context.num_new, context.source_input.shape[1])
-    checked = [("input_rows", result.input_rows)]
-    if context.source_output is not None:
-        checked.append(("output_rows", result.output_rows))
-    for name, rows in checked:
-        if not isinstance(rows, torch.Tensor) or tuple(rows.shape) != shape or not torch.isfinite(rows).all():
-            raise MethodResultError(
-                f"Method {method!r} returned {name} that are not a finite {shape} tensor; the model is unchanged."
-            )
-
-
-def _row_count(embeddings: _Embeddings, vocab_size: int, mode: str, multiple: int | None) -> int:
-    """Never shrink in extend mode (padding rows stay); round up to `multiple`."""
-    rows = max(vocab_size, embeddings.rows) if mode == "extend" else vocab_size
-    return rows if multiple is None else -(-rows // multiple) * multiple
-
-
-def _copies(embeddings: _Embeddings, alignment: Alignment, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(new row index, old row index) of copied rows: every old row in extend mode, shared tokens in replace mode."""
-    if mode == "extend":
-        index = torch.arange(embeddings.rows)
-        return index, index
-    pairs = torch.tensor(alignment.shared, dtype=torch.long).reshape(-1, 2)
-    return pairs[:, 0], pairs[:, 1]
-
-
-def _assemble(
-    old: torch.Tensor,
-    copies: tuple[torch.Tensor, torch.Tensor],
-    new_ids: torch.Tensor,
-    new_rows: torch.Tensor,
-    rows: int,
-    num_source: int,
-) -> torch.Tensor:
-    """The new matrix (or bias): mean of the source rows everywhere, then copied rows, then the method's rows."""
-    out = torch.empty((rows, *old.shape[1:]), dtype=old.dtype)
-    out[:] = old[:num_source].float().mean(dim=0).to(old.dtype)
-    out[copies[0]] = old[copies[1]]
-    out[new_ids] = new_rows.to(old.dtype)
-    return out
-
-
-def _assemble_all(embeddings: _Embeddings, copies: Any, alignment: Alignment, result: InitResult, rows: int,
-                  num_source: int) -> dict[str, torch.Tensor]:
-    new_ids = torch.tensor(alignment.new_ids, dtype=torch.long)
-    weights = {"input": _assemble(embeddings.input.weight.detach(), copies, new_ids, result.input_rows, rows, num_source)}
-    if embeddings.output is not None:
-        old = embeddings.output.weight.detach()
-        weights["output"] = _assemble(old, copies, new_ids, result.output_rows, rows, num_source)
-    bias = getattr(embeddings.head, "bias", None)
-    if isinstance(bias, torch.Tensor):  # new tokens start at the mean bias
-        mean_bias = bias.detach()[:num_source].float().mean().expand(len(new_ids))
-        weights["bias"] = _assemble(bias.detach(), copies, new_ids, mean_bias, rows, num_source)
-    return weights
-
-
 def _id_map(alignment: Alignment) -> dict[int, int]:
     """Old id -> new id for copied tokens (first new id when several match)."""
     mapping: dict[int, int] = {}
@@ -297,7 +230,7 @@ def _id_map(alignment: Alignment) -> dict[int, int]:
     return mapping
 
 
-def _write(model: Any, embeddings: _Embeddings, weights: dict[str, torch.Tensor], record: ExtensionRecord,
+def _write(model: Any, embeddings: Embeddings, weights: dict[str, torch.Tensor], record: ExtensionRecord,
            id_map: dict[int, int] | None) -> None:
     """The only writes to the model: embedding rows, head size, vocabulary size, special ids, the record."""
     rows = weights["input"].shape[0]
@@ -318,7 +251,7 @@ def _write(model: Any, embeddings: _Embeddings, weights: dict[str, torch.Tensor]
     setattr(model.config, CONFIG_KEY, record.to_dict())
 
 
-def _remap_special_ids(model: Any, embeddings: _Embeddings, id_map: dict[int, int]) -> None:
+def _remap_special_ids(model: Any, embeddings: Embeddings, id_map: dict[int, int]) -> None:
     configs = [model.config, model.config.get_text_config(), getattr(model, "generation_config", None)]
     for config in filter(None, {id(c): c for c in configs}.values()):
         for name, value in list(vars(config).items()):

@@ -63,6 +63,7 @@ class ExtensionRecord:
         decompositions (`dict[str, str]`): packed `lengths` and `ids` of each new token's pieces (old ids).
         shared (`str`): packed `(new_id, old_id)` pairs of copied rows; empty in extend mode (identity on old ids).
         cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here.
+        evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`).
     """
 
     method: str
@@ -87,6 +88,7 @@ class ExtensionRecord:
     tokenizer_report: dict[str, Any] = field(default_factory=dict)
     cpt: list[dict[str, Any]] = field(default_factory=list)
     propagation: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
     vocabshift_version: str = ""
 
     @property

@@ -12,7 +12,7 @@ from typing import Any, Callable, Literal, Union
 
 from .errors import InvalidArgumentError, MethodOptionError, UnknownMethodError
 
-__all__ = ["MethodSpec", "build_config", "get_method", "list_methods", "register_method"]
+__all__ = ["MethodSpec", "build_config", "get_method", "list_methods", "method_table", "register_method"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -76,6 +76,17 @@ def get_method(name: str) -> MethodSpec:
     if not isinstance(name, str) or name not in _METHODS:
         raise UnknownMethodError(f"Unknown method {name!r}. Available: {', '.join(list_methods())}.")
     return _METHODS[name]
+
+
+def method_table() -> str:
+    """The registered methods as a Markdown table (the README's table is this output)."""
+    rows = ["| method | name | what it does | options |", "|---|---|---|---|"]
+    for name in list_methods():
+        spec = _METHODS[name]
+        title = f"[{spec.pretty_name}]({spec.paper_url})" if spec.paper_url else spec.pretty_name
+        options = ", ".join(f"`{f.name}`" for f in dataclasses.fields(spec.config_class)) or "—"
+        rows.append(f"| `{name}` | {title} | {spec.summary} | {options} |")
+    return "\n".join(rows)
 
 
 def build_config(spec: MethodSpec, options: dict[str, Any]) -> Any:

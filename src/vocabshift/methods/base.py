@@ -6,7 +6,7 @@ alignment, and returns rows for the new tokens. It never touches the model; `ext
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ import torch
 from ..vocab.align import Alignment
 from ..vocab.forms import TokenForm
 
-__all__ = ["InitContext", "InitResult", "combine_rows", "median_norm", "per_dimension_normal"]
+__all__ = ["InitContext", "InitResult", "combine_rows", "median_norm", "per_dimension_normal", "per_side"]
 
 _BLOCK = 8192
 
@@ -75,6 +75,16 @@ class InitResult:
     input_rows: torch.Tensor
     output_rows: torch.Tensor | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def per_side(context: InitContext, make: Callable[[torch.Tensor, torch.Generator], torch.Tensor]) -> InitResult:
+    """Rows from `make(old_rows, generator)` for the input side and, when untied, the output side.
+
+    The two sides draw from independent generators, both seeded from the context's seed.
+    """
+    rows = make(context.source_input, context.generator())
+    output = context.source_output
+    return InitResult(rows, None if output is None else make(output, context.generator(offset=1)))
 
 
 def per_dimension_normal(matrix: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..registry import register_method
-from .base import InitContext, InitResult
+from .base import InitContext, InitResult, per_side
 
 __all__ = ["MeanConfig", "init_mean"]
 
@@ -24,8 +24,4 @@ class MeanConfig:
 )
 def init_mean(context: InitContext, config: MeanConfig) -> InitResult:
     """Set every new row to the mean of the old rows; input and output separately."""
-    count = context.num_new
-    rows = context.source_input.mean(dim=0).expand(count, -1).clone()
-    output = context.source_output
-    out_rows = None if output is None else output.mean(dim=0).expand(count, -1).clone()
-    return InitResult(rows, out_rows)
+    return per_side(context, lambda rows, _: rows.mean(dim=0).expand(context.num_new, -1).clone())

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..registry import register_method
-from .base import InitContext, InitResult
+from .base import InitContext, InitResult, per_side
 
 __all__ = ["MultivariateConfig", "init_multivariate"]
 
@@ -32,10 +32,7 @@ def init_multivariate(context: InitContext, config: MultivariateConfig) -> InitR
     Unlike transformers' `mean_resizing`, which scales the covariance by 1e-9 (so its rows are the mean), the
     covariance is used as is, so new rows have the spread and norms of real rows.
     """
-    rows = _sample(context.source_input, context.num_new, context.generator())
-    output = context.source_output
-    out_rows = None if output is None else _sample(output, context.num_new, context.generator(offset=1))
-    return InitResult(rows, out_rows)
+    return per_side(context, lambda rows, generator: _sample(rows, context.num_new, generator))
 
 
 def _sample(matrix: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:

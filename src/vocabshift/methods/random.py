@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..registry import register_method
-from .base import InitContext, InitResult, per_dimension_normal
+from .base import InitContext, InitResult, per_dimension_normal, per_side
 
 __all__ = ["RandomConfig", "init_random"]
 
@@ -23,8 +23,4 @@ class RandomConfig:
 )
 def init_random(context: InitContext, config: RandomConfig) -> InitResult:
     """Draw each new row from N(mean, std) of the old rows, per dimension; input and output separately."""
-    count = context.num_new
-    rows = per_dimension_normal(context.source_input, count, context.generator())
-    output = context.source_output
-    out_rows = None if output is None else per_dimension_normal(output, count, context.generator(offset=1))
-    return InitResult(rows, out_rows)
+    return per_side(context, lambda rows, generator: per_dimension_normal(rows, context.num_new, generator))

@@ -1,5 +1,37 @@
-"""Training side: metrics (and, later, the embedding-only callback, probe and evaluate)."""
+"""Training side: embedding-only CPT (plain functions + the thin Trainer callback), metrics, evaluate, probe."""
 
-from .metrics import bits_per_byte
+from .callback import EmbeddingOnlyCallback
+from .evaluation import Evaluation, ModelScores, evaluate
+from .freeze import (
+    RowGuard,
+    embedding_parameters,
+    freeze_body,
+    freeze_for_embedding_training,
+    record_cpt,
+    row_norms,
+    trainable_row_ids,
+)
+from .metrics import bits_per_byte, token_nll
+from .plots import plot_curves
+from .probing import ProbeResult, probe
+from .stage import SecondStage
 
-__all__ = ["bits_per_byte"]
+__all__ = [
+    "EmbeddingOnlyCallback",
+    "Evaluation",
+    "ModelScores",
+    "ProbeResult",
+    "RowGuard",
+    "SecondStage",
+    "bits_per_byte",
+    "embedding_parameters",
+    "evaluate",
+    "freeze_body",
+    "freeze_for_embedding_training",
+    "plot_curves",
+    "probe",
+    "record_cpt",
+    "row_norms",
+    "token_nll",
+    "trainable_row_ids",
+]

@@ -1,4 +1,4 @@
-"""Held-out metrics that compare models across tokenizers: bits per byte."""
+"""Held-out metrics that compare models across tokenizers: bits per byte, and the per-token losses behind it."""
 
 from __future__ import annotations
 
@@ -12,10 +12,40 @@ from huggingface_hub.utils import tqdm
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["bits_per_byte"]
+__all__ = ["bits_per_byte", "token_nll"]
 
 
 @torch.no_grad()
+def token_nll(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    context_length: int = 512,
+    batch_size: int = 4,
+    prefix_token_id: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every token of `texts` and its negative log-likelihood (nats) under a causal LM.
+
+    The texts are joined by newlines, tokenized once and cut into windows of `context_length` tokens, each starting
+    with `prefix_token_id` (default: the tokenizer's bos, else eos), so that every text token is scored exactly once.
+
+    Returns:
+        `(ids, nll)`: two 1-D tensors of the same length, the token ids (int64) and their losses (float32, CPU).
+    """
+    if not texts:
+        raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
+    ids = tokenizer("\n".join(texts), add_special_tokens=False)["input_ids"]
+    prefix = prefix_token_id if prefix_token_id is not None else _default_prefix(tokenizer)
+    step = context_length - 1
+    windows = [[prefix, *ids[i : i + step]] for i in range(0, len(ids), step)]
+    device = next(model.parameters()).device
+    losses = []
+    for start in tqdm(range(0, len(windows), batch_size), desc="Scoring held-out text", leave=False):
+        losses.extend(_window_nll(model, windows[start : start + batch_size], device))
+    return torch.tensor(ids, dtype=torch.long), torch.cat(losses) if losses else torch.zeros(0)
+
+
 def bits_per_byte(
     model: Any,
     tokenizer: Any,
@@ -27,24 +57,15 @@ def bits_per_byte(
 ) -> float:
     """Bits per UTF-8 byte of `texts` under a causal LM: comparable across tokenizers.
 
-    The texts are joined by newlines, tokenized once and cut into windows of `context_length` tokens, each starting
-    with `prefix_token_id` (default: the tokenizer's bos, else eos), so that every text token is scored exactly once.
+    Windows as in `token_nll`: every text token is scored exactly once.
 
     Returns:
         total negative log-likelihood in bits / total bytes of the joined text.
     """
-    if not texts:
-        raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
-    text = "\n".join(texts)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    prefix = prefix_token_id if prefix_token_id is not None else _default_prefix(tokenizer)
-    step = context_length - 1
-    windows = [[prefix, *ids[i : i + step]] for i in range(0, len(ids), step)]
-    device = next(model.parameters()).device
-    total = 0.0
-    for start in tqdm(range(0, len(windows), batch_size), desc="Scoring held-out text", leave=False):
-        total += _window_nll(model, windows[start : start + batch_size], device)
-    return total / math.log(2) / len(text.encode("utf-8"))
+    _, nll = token_nll(
+        model, tokenizer, texts, context_length=context_length, batch_size=batch_size, prefix_token_id=prefix_token_id
+    )
+    return nll.double().sum().item() / math.log(2) / len("\n".join(texts).encode("utf-8"))
 
 
 def _default_prefix(tokenizer: Any) -> int:
@@ -54,8 +75,8 @@ def _default_prefix(tokenizer: Any) -> int:
     return prefix
 
 
-def _window_nll(model: Any, windows: list[list[int]], device: torch.device) -> float:
-    """Summed NLL (nats) of every token after the first in each window."""
+def _window_nll(model: Any, windows: list[list[int]], device: torch.device) -> list[torch.Tensor]:
+    """For each window, the NLL (nats) of every token after the first."""
     width = max(map(len, windows))
     input_ids = torch.zeros(len(windows), width, dtype=torch.long)
     mask = torch.zeros(len(windows), width, dtype=torch.long)
@@ -63,5 +84,6 @@ def _window_nll(model: Any, windows: list[list[int]], device: torch.device) -> f
         input_ids[row, : len(window)] = torch.tensor(window)
         mask[row, : len(window)] = 1
     logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
-    targets = input_ids[:, 1:].to(device).masked_fill(mask[:, 1:].to(device) == 0, -100)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum").item()
+    targets = input_ids[:, 1:].to(device)
+    nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").float().cpu()
+    return [nll[row, : len(window) - 1] for row, window in enumerate(windows)]

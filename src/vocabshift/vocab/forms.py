@@ -121,8 +121,10 @@ def _model_strings(state: dict[str, Any]) -> dict[int, str]:
 
 def _model_form(piece: str, family: Family, state: dict[str, Any]) -> TokenForm:
     if family == "bytelevel":
-        decoder = _byte_decoder()
-        raw = bytes(decoder[c] for c in piece) if all(c in decoder for c in piece) else piece.encode()
+        try:
+            raw = bytes(map(_byte_decoder().__getitem__, piece))
+        except KeyError:  # not in the byte alphabet: a plain string
+            raw = piece.encode()
         return TokenForm(raw[1:], True) if raw.startswith(b" ") else TokenForm(raw)
     if family == "wordpiece":
         prefix = state["model"].get("continuing_subword_prefix") or "##"

@@ -61,6 +61,11 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
 
 
 def fingerprint(tokenizer: Any) -> str:
-    """SHA-256 of a tokenizer's `tokenizer.json` content (key order normalized)."""
-    state = json.loads(tokenizer.backend_tokenizer.to_str())
-    return hashlib.sha256(json.dumps(state, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    """SHA-256 of a tokenizer's id -> token map (added tokens included).
+
+    Only what ties ids to embedding rows counts: transformers may rebuild a tokenizer's pipeline on reload (e.g. a
+    Qwen2 folder always loads as `Qwen2Tokenizer`), which changes its serialization but not its vocabulary.
+    """
+    vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
+    pairs = sorted((index, token) for token, index in vocab.items())
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()

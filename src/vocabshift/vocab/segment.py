@@ -8,7 +8,6 @@ without its post-processor; byte-level text that is not valid UTF-8 goes straigh
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -39,11 +38,14 @@ class Segmenter:
     """Segments token forms with a (source) tokenizer, the way that tokenizer would cut their text in context."""
 
     def __init__(self, tokenizer: Any, state: dict[str, Any] | None = None) -> None:
-        state = copy.deepcopy(state or backend_state(tokenizer))
+        state = state or backend_state(tokenizer)
         self.family = detect_family(state)
-        state["normalizer"] = _without_prefixes(state.get("normalizer"))
-        state["pre_tokenizer"] = _without_prefixes(state.get("pre_tokenizer"))
-        state["post_processor"] = None
+        state = {
+            **state,
+            "normalizer": _without_prefixes(state.get("normalizer")),
+            "pre_tokenizer": _without_prefixes(state.get("pre_tokenizer")),
+            "post_processor": None,
+        }
         self._backend = Tokenizer.from_str(json.dumps(state))
         model = state["model"]
         self._unk = self._backend.token_to_id(model["unk_token"]) if model.get("unk_token") else None

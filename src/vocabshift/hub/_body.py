@@ -1,0 +1,176 @@
+"""The body of a generated model card: the template variables, computed from the ExtensionRecord."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UnknownMethodError
+from ..record import ExtensionRecord
+from ..registry import get_method
+from ..training.evaluation import Evaluation
+from ._tables import Table, cell, tables
+
+__all__ = ["body", "hub_id"]
+
+LEP_URL = "https://arxiv.org/abs/2412.21140"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_CACHE_PATH = re.compile(r"models--([\w.-]+)--([\w.-]+)/snapshots/")
+_AUTO_CLASSES = {"text-generation": "AutoModelForCausalLM", "fill-mask": "AutoModelForMaskedLM"}
+
+
+def hub_id(value: Any) -> str | None:
+    """`value` as a Hub repo id: itself when it looks like one, `org/name` for a path in the Hub cache, else None."""
+    text = str(value or "")
+    cached = _CACHE_PATH.search(text)
+    if cached:
+        return f"{cached.group(1)}/{cached.group(2)}"
+    return text if _REPO_ID.match(text) and not text.startswith((".", "/")) else None
+
+
+def _link(value: Any) -> str:
+    repo = hub_id(value)
+    return f"[{repo}](https://huggingface.co/{repo})" if repo and repo == str(value) else f"`{value}`"
+
+
+def _method(record: ExtensionRecord) -> dict[str, Any]:
+    """Display name, paper and non-default options of the record's method (registered or not)."""
+    try:
+        spec = get_method(record.method)
+    except UnknownMethodError:  # a method from a plugin that is not imported here: name and options only
+        return {"name": record.method, "pretty_name": record.method, "paper_url": None,
+                "options": dict(record.method_config)}
+    defaults = {f.name: f.default for f in dataclasses.fields(spec.config_class)
+                if f.default is not dataclasses.MISSING}
+    options = {k: v for k, v in record.method_config.items() if k not in defaults or defaults[k] != v}
+    return {"name": spec.name, "pretty_name": spec.pretty_name, "paper_url": spec.paper_url, "options": options}
+
+
+def _ranges(record: ExtensionRecord) -> str:
+    return ", ".join(f"{a}" if b == a + 1 else f"{a}–{b - 1}" for a, b in record.new_token_ranges)
+
+
+def _facts(record: ExtensionRecord, method: dict[str, Any]) -> Table:
+    name = method["pretty_name"]
+    rows = [["Method", f"[{name}]({method['paper_url']}) (`{method['name']}`)" if method["paper_url"]
+             else f"{name} (`{method['name']}`)"],
+            ["Mode", "extend: old tokens keep their ids and rows, new tokens are appended" if record.mode == "extend"
+             else "replace: the new tokenizer is the vocabulary; rows of tokens it shares with the old one are copied"],
+            ["Vocabulary", f"{record.old_vocab_size:,} → {record.new_vocab_size:,} tokens"],
+            ["Embedding rows", f"{record.old_num_rows:,} → {record.new_num_rows:,}"],
+            ["New tokens initialized", f"{len(record.new_ids):,} (ids {_ranges(record)})"],
+            ["Output head", "tied to the input embeddings" if record.tied else "untied (initialized separately)"],
+            ["Seed", str(record.seed)]]
+    if record.mode == "replace":
+        rows.insert(5, ["Rows copied from the base", f"{len(record.shared_pairs()):,}"])
+    report = record.tokenizer_report
+    if report.get("target_tokens_per_word_before") is not None:
+        before, after = report["target_tokens_per_word_before"], report.get("target_tokens_per_word_after")
+        rows.append(["Tokens per word (target text)", f"{cell(before)} → {cell(after)}"])
+    if report.get("tokens_dropped"):
+        rows.append(["New tokens left out (unreachable by the merged BPE)", f"{report['tokens_dropped']:,}"])
+    return Table("", ["", ""], rows)
+
+
+def _lineage(record: ExtensionRecord) -> list[str]:
+    chains = []
+    for entry in record.propagation:
+        steps = [_link(entry[key]) for key in ("base", "adapted", "instruct") if entry.get(key)]
+        method = f" (LEP `{entry['method']}`)" if entry.get("method") else ""
+        chains.append(" → ".join(steps + [f"**this model**{method}"]))
+    return chains
+
+
+def _pad_multiple(record: ExtensionRecord) -> int | None:
+    """A `--pad-to-multiple-of` giving exactly the recorded row count (the record keeps the count, not the option):
+    the largest power of two that does, else the count itself; None when rows were not padded."""
+    unpadded = max(record.new_vocab_size, record.old_num_rows) if record.mode == "extend" else record.new_vocab_size
+    rows = record.new_num_rows
+    if rows == unpadded:
+        return None
+    fitting = [2**k for k in range(1, rows.bit_length()) if -(-unpadded // 2**k) * 2**k == rows]
+    return fitting[-1] if fitting else rows
+
+
+def _option(key: str, value: Any) -> str:
+    text = value if isinstance(value, str) else cell(value).replace("yes", "true").replace("no", "false")
+    return f"--option {key}={text}" if " " not in str(text) else f"--option '{key}={text}'"
+
+
+def _card_command(output: str, options: dict[str, Any]) -> str:
+    """`vocabshift card` with the options the card was generated with (lists as repeated flags)."""
+    parts = [f"vocabshift card {output}"]
+    for name, value in options.items():
+        values = [] if value is None else [value] if isinstance(value, str) else list(value)
+        parts += [f"--{name.replace('_', '-')} {v}" for v in values]
+    return " ".join(parts)
+
+
+def _reproduce(record: ExtensionRecord, method: dict[str, Any], output: str, repo_id: str,
+               card_options: dict[str, Any]) -> list[str]:
+    adapted = hub_id(record.propagation[-1].get("adapted")) if record.propagation else None
+    extended = adapted.split("/")[-1] if adapted else output
+    command = [f"vocabshift extend {record.source_model or 'path/to/base-model'} path/to/new-tokenizer {extended}",
+               f"--method {record.method}", f"--mode {record.mode}", f"--seed {record.seed}"]
+    multiple = _pad_multiple(record)
+    if multiple:
+        command.append(f"--pad-to-multiple-of {multiple}")
+    command += [_option(k, v) for k, v in sorted(method["options"].items())]
+    version = f"=={record.vocabshift_version}" if record.vocabshift_version else ""
+    lines = [f"pip install vocabshift{version}",
+             f"# new tokenizer: the one whose tokenizer.json has sha256 {record.target_tokenizer_sha256[:16]}…",
+             " \\\n    ".join(command)]
+    steps = (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation))
+    for step, entries in steps:
+        commands = [entry["command"] for entry in entries if isinstance(entry.get("command"), str)]
+        lines += commands or ([f"# then {step}: see the table above"] if entries else [])
+    return lines + [_card_command(output, card_options), f"vocabshift push {output} {repo_id}"]
+
+
+def _limits(record: ExtensionRecord) -> list[str]:
+    limits = ["vocabshift changed the vocabulary and the embedding rows (input and output); the transformer layers "
+              "are the base model's, with its knowledge, biases and limitations."]
+    if not record.cpt:
+        limits.append("The new rows were initialized but not trained: expect weak text in the new language until "
+                      "embedding-only continued pretraining.")
+    if record.mode == "replace":
+        limits.append("The vocabulary was replaced: text in the base model's languages is now cut by the new "
+                      "tokenizer, which may segment it poorly.")
+    changed = record.tokenizer_report.get("source_lines_changed")
+    if changed:
+        limits.append(f"The merged tokenizer segments {cell(100 * changed)}% of the measured source-language lines "
+                      "differently from the base tokenizer.")
+    return limits
+
+
+def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str | list[str] | None,
+         pipeline_tag: str | None, plots: Sequence[str], transformers_version: str | None,
+         card_options: dict[str, Any]) -> dict[str, Any]:
+    """Template variables of the card's body."""
+    method = _method(record)
+    base = base_model[0] if isinstance(base_model, list) else base_model
+    return {
+        "title": title,
+        "base_link": _link(base or record.source_model) if base or record.source_model else None,
+        "method": method,
+        "record": record,
+        "new_tokens": f"{len(record.new_ids):,}",
+        "facts": _facts(record, method).rows,
+        "options": sorted((k, cell(v)) for k, v in method["options"].items()),
+        "diagnostics": [t.markdown() for t in tables(record.diagnostics)],
+        "evaluation": [Evaluation.from_dict(entry).to_markdown() for entry in record.evaluations],
+        "cpt": [t.markdown() for t in tables(record.cpt)],
+        "plots": list(plots),
+        "lineage": _lineage(record),
+        "propagation": [t.markdown() for t in tables(record.propagation)],
+        "lep_url": LEP_URL,
+        "repo_id": repo_id,
+        "auto_class": _AUTO_CLASSES.get(pipeline_tag or "", "AutoModel"),
+        "causal": pipeline_tag == "text-generation",
+        "reproduce": _reproduce(record, method, title, repo_id, card_options),
+        "limits": _limits(record),
+        "versions": [("vocabshift", record.vocabshift_version or "unknown"),
+                     ("transformers", transformers_version or "unknown")],
+    }

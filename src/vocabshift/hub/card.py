@@ -1,0 +1,169 @@
+"""`model_card`: a Hub model card generated from the ExtensionRecord, with `ModelCardData` and a Jinja template."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub.utils import httpx
+
+from ..errors import ModelFolderError, RecordError
+from ..record import CONFIG_KEY, ExtensionRecord
+from ._body import body, hub_id
+
+__all__ = ["model_card"]
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_cards" / "template.md"
+_PIPELINES = (("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"), ("ForMaskedLM", "fill-mask"))
+
+
+def model_card(
+    folder_or_model: str | os.PathLike | Any,
+    *,
+    repo_id: str | None = None,
+    base_model: str | list[str] | None = None,
+    language: str | Sequence[str] | None = None,
+    license: str | None = None,
+    datasets: Sequence[str] | None = None,
+) -> ModelCard:
+    """A model card for a model changed by vocabshift, from its ExtensionRecord.
+
+    Metadata: `base_model` (+ `base_model_relation`), `language`, `license`, `library_name`, `pipeline_tag`, `tags`
+    and `datasets`. Body: what was done (method, paper, mode, tokens), evaluation, CPT history and the loss-curve
+    PNGs of the folder, LEP lineage, usage code, the vocabshift commands that reproduce it, limits.
+
+    Args:
+        folder_or_model: a folder saved after `extend_vocabulary` (its `config.json` holds the record), or the model.
+        repo_id (`str`, *optional*): the repo the card is for, used in the usage code; defaults to the folder name.
+        base_model (`str | list[str]`, *optional*): the base model's Hub id; defaults to the record's source model when
+            it is a Hub id (or a path in the Hub cache); for a model that received propagated rows, the instruct
+            and adapted repos of the last propagation step.
+        language (`str | Sequence[str]`, *optional*): ISO codes of the new language(s); the base card's languages
+            are added after them.
+        license (`str`, *optional*): a Hub license id; defaults to the base model's, read from the `README.md`
+            of the source folder or, for a Hub id, of the base repo.
+        datasets (`Sequence[str]`, *optional*): Hub ids of the datasets used for continued pretraining.
+
+    Returns:
+        `huggingface_hub.ModelCard`: save it with `card.save(folder / "README.md")`.
+
+    Raises:
+        `ModelFolderError`: the folder has no `config.json`.
+        `RecordError`: the model carries no vocabshift record.
+
+    Example:
+        ```python
+        >>> card = vocabshift.model_card("out/smollm2-ru", language="ru", repo_id="me/smollm2-ru")
+        >>> card.save("out/smollm2-ru/README.md")
+        ```
+    """
+    config, folder, name = _source(folder_or_model)
+    raw = config.get(CONFIG_KEY)
+    if not isinstance(raw, dict):
+        raise RecordError(f"{name} carries no vocabshift record (config.json has no {CONFIG_KEY!r} key): "
+                          "a card can only describe a model saved after extend_vocabulary.")
+    record = ExtensionRecord.from_dict(raw)
+    base = base_model or _default_base(record)
+    data = _metadata(record, config, base, language, license, datasets)
+    plots = sorted(p.name for p in folder.glob("*.png")) if folder else []
+    options = {"base_model": base_model, "language": language, "license": license, "datasets": datasets,
+               "repo_id": repo_id}
+    variables = body(record, title=(repo_id or name).split("/")[-1], repo_id=repo_id or f"your-name/{name}",
+                     base_model=base, pipeline_tag=data.pipeline_tag, plots=plots,
+                     transformers_version=config.get("transformers_version"), card_options=options)
+    return ModelCard(_render(data, variables))
+
+
+def _render(data: ModelCardData, variables: dict[str, Any]) -> str:
+    """What `ModelCard.from_template` does, with block tags on lines of their own (trim_blocks) and strict names."""
+    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                                     undefined=jinja2.StrictUndefined, autoescape=False)
+    template = environment.from_string(TEMPLATE_PATH.read_text(encoding="utf-8"))
+    return template.render(card_data=data.to_yaml(), **{**data.to_dict(), **variables})
+
+
+def _source(folder_or_model: Any) -> tuple[dict[str, Any], Path | None, str]:
+    """`(config dict, folder or None, name)` of a folder or an in-memory model."""
+    if isinstance(folder_or_model, (str, os.PathLike)):
+        folder = Path(folder_or_model)
+        if not (folder / "config.json").is_file():
+            raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained "
+                                   "after extend_vocabulary (or the model itself).")
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")), folder, folder.resolve().name
+    config = getattr(folder_or_model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        raise RecordError(f"model_card got a {type(folder_or_model).__name__}: pass a model folder or a model.")
+    name = str(getattr(folder_or_model, "name_or_path", "") or "model").rstrip("/").split("/")[-1]
+    return config.to_dict(), None, name
+
+
+def _default_base(record: ExtensionRecord) -> str | list[str] | None:
+    last = record.propagation[-1] if record.propagation else {}
+    parents = [hub_id(last.get(key)) for key in ("instruct", "adapted")]
+    if all(parents):
+        return parents
+    return hub_id(record.source_model)
+
+
+def _metadata(record: ExtensionRecord, config: dict[str, Any], base: str | list[str] | None,
+              language: str | Sequence[str] | None, license: str | None,
+              datasets: Sequence[str] | None) -> ModelCardData:
+    inherited = _base_metadata(record.source_model, base)
+    languages = list(dict.fromkeys(_strings(language) + _strings(inherited.get("language"))))
+    license = license or inherited.get("license")
+    extra = {k: inherited[k] for k in ("license_name", "license_link") if license == "other" and k in inherited}
+    _warn_missing(base_model=base, language=languages, license=license)
+    tags = ["vocabshift", record.method, f"vocabulary-{'extension' if record.mode == 'extend' else 'replacement'}"]
+    tags += ["embedding-only-cpt"] * bool(record.cpt) + ["lep"] * bool(record.propagation)
+    return ModelCardData(
+        base_model=base,
+        base_model_relation=None if base is None else ("merge" if isinstance(base, list) else "finetune"),
+        language=languages or None, license=license, library_name="transformers",
+        pipeline_tag=_pipeline_tag(config), tags=tags, datasets=list(datasets) if datasets else None, **extra)
+
+
+def _strings(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def _pipeline_tag(config: dict[str, Any]) -> str | None:
+    for architecture in config.get("architectures") or []:
+        for suffix, tag in _PIPELINES:
+            if architecture.endswith(suffix):
+                return tag
+    return None
+
+
+def _warn_missing(**fields: Any) -> None:
+    missing = [name for name, value in fields.items() if not value]
+    if missing:
+        options = ", ".join(f"{name}=..." for name in missing)
+        logger.warning("The model card has no %s (not found in the record or the base model's card): pass %s to "
+                       "model_card (or `vocabshift card --%s`).", ", ".join(missing), options,
+                       " --".join(name.replace("_", "-") for name in missing))
+
+
+def _base_metadata(source_model: str, base: str | list[str] | None) -> dict[str, Any]:
+    """The base model card's metadata: the source folder's README.md, else the card of the source (or base) repo."""
+    readme = Path(source_model) / "README.md" if source_model else None
+    if readme is not None and readme.is_file():
+        return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
+    repo = hub_id(source_model) or (base[0] if isinstance(base, list) else base)
+    if repo is None:
+        return {}
+    try:
+        return ModelCard.load(repo, ignore_metadata_errors=True).data.to_dict()
+    except (OSError, httpx.HTTPError) as error:  # offline, missing repo or README, Hub errors
+        logger.warning("Could not read the card of the base model %s (%s): its license and languages are not "
+                       "inherited.", repo, type(error).__name__)
+        return {}

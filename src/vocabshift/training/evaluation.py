@@ -1,0 +1,183 @@
+"""`vocabshift.evaluate`: tokens per word, bits per byte and loss on new vs old tokens, on held-out text."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import InvalidArgumentError
+from ..record import CONFIG_KEY, get_record
+from ..vocab.stats import tokens_per_word
+from .metrics import token_nll
+
+__all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """Held-out figures of one model with its tokenizer.
+
+    Attributes:
+        label (`str`): `"adapted"` or `"original"`.
+        tokens_per_word (`float`): tokens per whitespace-separated word (fertility).
+        bits_per_byte (`float`): total negative log-likelihood in bits per UTF-8 byte (comparable across tokenizers).
+        loss (`float`): mean loss per token (nats).
+        loss_new_tokens / loss_old_tokens (`float | None`): mean loss on tokens whose ids `extend_vocabulary` added,
+            and on the others; None when the model has no record (or no such token occurs).
+        new_token_share (`float | None`): share of the held-out tokens that are new tokens.
+        num_tokens (`int`): tokens scored.
+    """
+
+    label: str
+    tokens_per_word: float
+    bits_per_byte: float
+    loss: float
+    loss_new_tokens: float | None
+    loss_old_tokens: float | None
+    new_token_share: float | None
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What `evaluate` measured; `str(evaluation)` is a Markdown table.
+
+    Attributes:
+        scores (`tuple[ModelScores, ...]`): the adapted model, then (if given) the original model.
+        num_texts / num_bytes (`int`): held-out lines and their UTF-8 bytes (newline-joined).
+    """
+
+    scores: tuple[ModelScores, ...]
+    num_texts: int
+    num_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
+        """Inverse of `to_dict` (as stored in `record.evaluations`)."""
+        return cls(tuple(ModelScores(**s) for s in data["scores"]), data["num_texts"], data["num_bytes"])
+
+    def to_markdown(self) -> str:
+        """A Markdown table, one row per model."""
+        head = ("model", "tokens/word", "bits/byte", "loss/token", "loss, new tokens", "loss, old tokens",
+                "new-token share")
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for s in self.scores:
+            cells = (s.label, _fmt(s.tokens_per_word, 2), _fmt(s.bits_per_byte, 3), _fmt(s.loss, 3),
+                     _fmt(s.loss_new_tokens, 3), _fmt(s.loss_old_tokens, 3), _fmt(s.new_token_share, 3))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append(f"\n{self.num_texts} held-out lines, {self.num_bytes:,} bytes.")
+        return "\n".join(lines)
+
+    __str__ = to_markdown
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+    def add_to_record(self, model: Any) -> None:
+        """Append this evaluation to the model's ExtensionRecord (`record.evaluations`, saved in config.json).
+
+        Raises:
+            `RecordError`: if the model carries no record.
+        """
+        get_record(model)
+        getattr(model.config, CONFIG_KEY).setdefault("evaluations", []).append(self.to_dict())
+
+
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    original_model: Any = None,
+    original_tokenizer: Any = None,
+    context_length: int = 512,
+    batch_size: int = 4,
+) -> Evaluation:
+    """Measure a causal LM with its tokenizer on held-out text, optionally next to the original model.
+
+    Bits per byte compare models whose tokenizers differ; the loss on new tokens vs old tokens (ids from the
+    model's ExtensionRecord) shows whether the new rows have caught up with the old ones.
+
+    Args:
+        model (`PreTrainedModel`): the adapted causal LM.
+        tokenizer: its tokenizer (the one `extend_vocabulary` returned).
+        texts (`Sequence[str]`): held-out text, one line per item (not seen in training).
+        original_model (`PreTrainedModel`, *optional*): the model before adaptation ...
+        original_tokenizer (*optional*): ... with its own tokenizer; pass both or neither.
+        context_length (`int`, defaults to 512): tokens per scored window.
+        batch_size (`int`, defaults to 4): windows per forward pass.
+
+    Returns:
+        `Evaluation`: `print(evaluation)` gives a Markdown table; `evaluation.add_to_record(model)` stores it.
+
+    Raises:
+        `InvalidArgumentError`: empty texts, or only one of `original_model` / `original_tokenizer`.
+
+    Example:
+        ```python
+        >>> result = vocabshift.evaluate(model, tokenizer, held_out, original_model=base, original_tokenizer=base_tok)
+        >>> print(result)
+        ```
+    """
+    if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
+        raise InvalidArgumentError("texts must be a non-empty list of strings (held-out lines).")
+    if (original_model is None) != (original_tokenizer is None):
+        raise InvalidArgumentError("Pass both original_model and original_tokenizer, or neither.")
+    pairs = [("adapted", model, tokenizer)]
+    if original_model is not None:
+        pairs.append(("original", original_model, original_tokenizer))
+    options = {"context_length": context_length, "batch_size": batch_size}
+    scores = tuple(_score(label, m, t, texts, options) for label, m, t in pairs)
+    return Evaluation(scores, len(texts), len("\n".join(texts).encode("utf-8")))
+
+
+def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options: dict[str, Any]) -> ModelScores:
+    with eval_mode(model):
+        ids, nll = token_nll(model, tokenizer, texts, **options)
+    num_bytes = len("\n".join(texts).encode("utf-8"))
+    new_ids = _new_ids(model)
+    is_new = torch.isin(ids, new_ids) if new_ids is not None else None
+    return ModelScores(
+        label=label,
+        tokens_per_word=tokens_per_word(tokenizer, texts),
+        bits_per_byte=nll.double().sum().item() / math.log(2) / num_bytes,
+        loss=_mean(nll),
+        loss_new_tokens=None if is_new is None else _mean(nll[is_new]),
+        loss_old_tokens=None if is_new is None else _mean(nll[~is_new]),
+        new_token_share=None if is_new is None else is_new.double().mean().item(),
+        num_tokens=len(ids),
+    )
+
+
+def _new_ids(model: Any) -> torch.Tensor | None:
+    if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
+        return None
+    return torch.tensor(get_record(model).new_ids, dtype=torch.long)
+
+
+def _mean(values: torch.Tensor) -> float | None:
+    return values.double().mean().item() if len(values) else None
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """Score without dropout, then give the model back in the mode it was in."""
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)

@@ -1,0 +1,232 @@
+"""`vocabshift.probe`: rank initialization methods by held-out bits per byte after a short embedding-only CPT.
+
+Step-0 figures mislead (every method starts worse than a uniform guess on real models); what matters is where a
+method gets after a few steps of training. The probe gives every method the same data, order and seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub.utils import tqdm
+
+from ..errors import InvalidArgumentError
+from ..extend import extend_vocabulary
+from ..registry import build_config, get_method
+from ..vocab.load import load_tokenizer
+from .data import pack_blocks
+from .evaluation import eval_mode
+from .freeze import ROW_CHOICES, freeze_for_embedding_training
+from .metrics import bits_per_byte
+from .plots import plot_curves, require_matplotlib
+
+__all__ = ["ProbeResult", "probe"]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Curves of held-out bits per byte, one per method; `str(result)` is the ranking as a Markdown table.
+
+    Attributes:
+        curves (`dict[str, list[tuple[int, float]]]`): method -> (step, held-out bits per byte), step 0 included.
+        original_bits_per_byte (`float`): the unchanged model with its own tokenizer, for reference.
+        seconds (`dict[str, float]`): wall time per method (initialization, training and scoring).
+        settings (`dict`): steps, batch size, context length, learning rate, ... of the run.
+        table_path / plot_path (`Path | None`): the files written when `output_dir` was given.
+    """
+
+    curves: dict[str, list[tuple[int, float]]]
+    original_bits_per_byte: float
+    seconds: dict[str, float]
+    settings: dict[str, Any]
+    table_path: Path | None = None
+    plot_path: Path | None = None
+    ranking: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranking", sorted(self.curves, key=lambda m: self.curves[m][-1][1]))
+
+    @property
+    def best(self) -> str:
+        """The method with the lowest held-out bits per byte after the last step."""
+        return self.ranking[0]
+
+    def to_markdown(self) -> str:
+        steps = self.settings["steps"]
+        lines = [f"| rank | method | bits/byte at step 0 | after {steps} steps | change | seconds |",
+                 "|---|---|---|---|---|---|"]
+        for rank, method in enumerate(self.ranking, 1):
+            first, last = self.curves[method][0][1], self.curves[method][-1][1]
+            lines.append(f"| {rank} | {method} | {first:.3f} | {last:.3f} | {last - first:+.3f} | "
+                         f"{self.seconds[method]:.0f} |")
+        s = self.settings
+        lines += ["", f"Original model with its own tokenizer: {self.original_bits_per_byte:.3f} bits/byte "
+                      "(no training).",
+                  f"Embedding-only CPT (rows={s['rows']!r}): {steps} steps of {s['batch_size']}×{s['context_length']}"
+                  f" tokens, AdamW lr {s['learning_rate']:g}, weight decay {s['weight_decay']:g}, seed {s['seed']}; "
+                  f"{s['held_out_lines']} held-out lines."]
+        return "\n".join(lines)
+
+    __str__ = to_markdown
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+
+def probe(
+    model: Any,
+    new_tokenizer: Any,
+    train_texts: Sequence[str],
+    held_out_texts: Sequence[str],
+    *,
+    methods: Sequence[str],
+    steps: int = 50,
+    eval_every: int = 10,
+    mode: str = "extend",
+    source_tokenizer: Any = None,
+    method_options: Mapping[str, Mapping[str, Any]] | None = None,
+    rows: str = "new",
+    batch_size: int = 8,
+    context_length: int = 128,
+    learning_rate: float = 1e-3,
+    weight_decay: float = 0.0,
+    seed: int = 0,
+    output_dir: str | os.PathLike | None = None,
+) -> ProbeResult:
+    """Initialize the new rows with each method, train `steps` embedding-only steps, rank by held-out bits per byte.
+
+    Every method gets a fresh copy of `model`, the same batches in the same order and the same seed; the model
+    passed in is not changed. Training is a plain loop over `freeze_for_embedding_training` with AdamW at a
+    constant learning rate.
+
+    Args:
+        model (`PreTrainedModel`): the causal LM before `extend_vocabulary`.
+        new_tokenizer: the target-language tokenizer (as for `extend_vocabulary`).
+        train_texts (`Sequence[str]`): target-language training text; packed into `context_length`-token blocks.
+        held_out_texts (`Sequence[str]`): target-language text not in `train_texts`, scored every `eval_every` steps.
+        methods (`Sequence[str]`): names from `vocabshift.list_methods()`.
+        steps (`int`, defaults to 50) / eval_every (`int`, defaults to 10): training steps and scoring interval.
+        mode (`str`, defaults to `"extend"`) / source_tokenizer: as for `extend_vocabulary`.
+        method_options (`dict[str, dict]`, *optional*): options per method, e.g. `{"subword": {...}}`.
+        rows (`str`, defaults to `"new"`): rows trained, as for `EmbeddingOnlyCallback`.
+        batch_size / context_length (`int`, defaults to 8 / 128): blocks per step and tokens per block.
+        learning_rate / weight_decay (`float`, defaults to 1e-3 / 0.0): AdamW settings.
+        seed (`int`, defaults to 0): seed of the initialization, of the batch order and of dropout.
+        output_dir (*optional*): where to write `probe.md` (the table) and `probe.png` (the curves; needs
+            matplotlib: `pip install 'vocabshift[plot]'`).
+
+    Returns:
+        `ProbeResult`: curves, ranking (`result.best`), and the written paths.
+
+    Raises:
+        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError` (bad counts or rows, unknown method in
+        `method_options`, too little training text), `ImportError` (output_dir without matplotlib): all before
+        any training; then whatever `extend_vocabulary` raises for bad tokenizers.
+
+    Example:
+        ```python
+        >>> result = vocabshift.probe(model, ru_tokenizer, ru_train, ru_held_out,
+        ...                           methods=["random", "mean", "subword"], output_dir="probe")
+        >>> result.best
+        'subword'
+        ```
+    """
+    options = _check(methods, method_options, steps, eval_every, held_out_texts)
+    if rows not in ROW_CHOICES:
+        raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
+    if output_dir is not None:
+        require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
+    source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
+                            argument="source_tokenizer")
+    with eval_mode(model):
+        original = bits_per_byte(model, source, held_out_texts)
+    curves, seconds = {}, {}
+    for method in tqdm(methods, desc="Probing methods"):
+        start = time.perf_counter()
+        candidate = copy.deepcopy(model)
+        tokenizer = extend_vocabulary(candidate, new_tokenizer, method=method, mode=mode, source_tokenizer=source,
+                                      seed=seed, **options.get(method, {}))
+        batches = _batches(tokenizer, train_texts, steps * batch_size, context_length, seed)
+        curves[method] = _train(candidate, tokenizer, batches, held_out_texts, rows=rows, batch_size=batch_size,
+                                eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed)
+        seconds[method] = time.perf_counter() - start
+        del candidate
+    settings = {"steps": steps, "batch_size": batch_size, "context_length": context_length, "rows": rows,
+                "learning_rate": learning_rate, "weight_decay": weight_decay, "seed": seed, "mode": mode,
+                "held_out_lines": len(held_out_texts)}
+    result = ProbeResult(curves, original, seconds, settings)
+    return result if output_dir is None else _write(result, Path(output_dir))
+
+
+def _check(methods: Any, method_options: Any, steps: Any, eval_every: Any, held_out: Any) -> dict[str, Any]:
+    if isinstance(methods, str) or not methods:
+        raise InvalidArgumentError(f"methods={methods!r} is invalid: pass a list of names, e.g. ['mean', 'subword'].")
+    options = dict(method_options or {})
+    unknown = sorted(set(options) - set(methods))
+    if unknown:
+        raise InvalidArgumentError(f"method_options names {unknown}, which are not in methods={list(methods)}.")
+    for method in methods:  # unknown names and bad options fail now, not after other methods have trained
+        build_config(get_method(method), dict(options.get(method, {})))
+    for name, value in (("steps", steps), ("eval_every", eval_every)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a positive int.")
+    if isinstance(held_out, str) or not held_out:
+        raise InvalidArgumentError("held_out_texts must be a non-empty list of strings.")
+    return options
+
+
+def _batches(tokenizer: Any, texts: Sequence[str], count: int, length: int, seed: int) -> torch.Tensor:
+    """`count` blocks of `length` tokens: texts packed (eos-separated), block order shuffled with `seed`, cycled."""
+    blocks = pack_blocks(tokenizer, texts, length)
+    generator = torch.Generator().manual_seed(seed)
+    epochs = -(-count // len(blocks))
+    order = torch.cat([torch.randperm(len(blocks), generator=generator) for _ in range(epochs)])[:count]
+    return blocks[order]
+
+
+def _train(model: Any, tokenizer: Any, blocks: torch.Tensor, held_out: Sequence[str], *, rows: str, batch_size: int,
+           eval_every: int, lr: float, weight_decay: float, seed: int) -> list[tuple[int, float]]:
+    """Embedding-only AdamW steps over `blocks`; held-out bits per byte at step 0, every `eval_every`, and the end."""
+    def score() -> float:
+        with eval_mode(model):
+            return bits_per_byte(model, tokenizer, held_out)
+
+    guard = freeze_for_embedding_training(model, rows=rows)
+    optimizer = torch.optim.AdamW(guard.parameters, lr=lr, weight_decay=weight_decay)
+    steps = len(blocks) // batch_size
+    curve = [(0, score())]
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for step in tqdm(range(1, steps + 1), desc="Embedding-only steps", leave=False):
+            batch = blocks[(step - 1) * batch_size : step * batch_size].to(guard.parameters[0].device)
+            model(input_ids=batch, labels=batch).loss.backward()
+            optimizer.step()
+            guard.restore()
+            optimizer.zero_grad(set_to_none=True)
+            if step % eval_every == 0 or step == steps:
+                curve.append((step, score()))
+    guard.remove()
+    return curve
+
+
+def _write(result: ProbeResult, folder: Path) -> ProbeResult:
+    """Write the table and the PNG (each to a temporary name, then renamed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    s = result.settings
+    plot = plot_curves(result.curves, folder / "probe.png",
+                       reference=("original model, own tokenizer", result.original_bits_per_byte),
+                       title=f"Embedding-only CPT probe: {s['batch_size']}×{s['context_length']} tokens/step, "
+                             f"lr {s['learning_rate']:g}")
+    table = folder / "probe.md"
+    partial = table.with_name(".probe.md.partial")
+    partial.write_text(result.to_markdown() + "\n", encoding="utf-8")
+    os.replace(partial, table)
+    return ProbeResult(result.curves, result.original_bits_per_byte, result.seconds, result.settings, table, plot)

@@ -1,0 +1,116 @@
+"""The optional second stage of embedding-only training: the body joins training after a given step.
+
+The body's parameters (all of them, or LoRA adapters injected with peft) are made trainable *before* the optimizer
+is built, so that the optimizer, the LR schedule, DDP and checkpoints include them from the start; a `BodyGate`
+keeps them out of every update until the step is reached. Stage 1 therefore computes (and discards) the gated
+gradients: with LoRA that costs little, with the full body about one extra weight-gradient pass per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import InvalidArgumentError
+
+__all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_lora"]
+
+
+@dataclass(frozen=True)
+class SecondStage:
+    """Unfreeze the transformer body after `after_step` optimizer steps of embedding-only training.
+
+    Args:
+        after_step (`int`): optimizer steps of embedding-only training before the body joins.
+        lora (`peft.LoraConfig`, *optional*): train LoRA adapters on the body instead of the full body. The
+            adapters are merged into the weights when training ends.
+
+    Example:
+        ```python
+        >>> from peft import LoraConfig
+        >>> stage = SecondStage(after_step=500, lora=LoraConfig(r=16, target_modules=["q_proj", "v_proj"]))
+        >>> callback = EmbeddingOnlyCallback(rows="new", second_stage=stage)
+        ```
+    """
+
+    after_step: int
+    lora: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.after_step, int) or isinstance(self.after_step, bool) or self.after_step < 0:
+            raise InvalidArgumentError(f"after_step={self.after_step!r} is invalid: pass a non-negative int.")
+        from peft import LoraConfig
+
+        if self.lora is not None and not isinstance(self.lora, LoraConfig):
+            raise InvalidArgumentError(
+                f"lora is a {type(self.lora).__name__}: pass a peft.LoraConfig, or None to unfreeze the full body."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        lora = None if self.lora is None else {"r": self.lora.r, "target_modules": _modules(self.lora)}
+        return {"after_step": self.after_step, "mode": "full" if self.lora is None else "lora", "lora": lora}
+
+
+def _modules(config: Any) -> Any:
+    modules = config.target_modules
+    return sorted(modules) if isinstance(modules, (set, list, tuple)) else modules
+
+
+def inject_lora(model: Any, config: Any, *, seed: int) -> Any:
+    """Inject LoRA adapters (peft) into `model` in place; their random init is drawn from `seed`.
+
+    Returns:
+        The peft tuner (keep it for `merge_lora`).
+    """
+    from peft.tuners.lora import LoraModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LoraModel(model, config, "default")
+
+
+def merge_lora(tuner: Any) -> None:
+    """Merge the adapters into the base weights and remove the LoRA layers (the model is plain again)."""
+    model = tuner.merge_and_unload()
+    if hasattr(model, "peft_config"):
+        del model.peft_config
+
+
+def body_parameters(model: Any, tuner: Any, embeddings: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    """The parameters the second stage trains: LoRA adapters, or every non-embedding parameter."""
+    if tuner is not None:
+        return [p for name, p in model.named_parameters() if "lora_" in name]
+    skip = {id(p) for p in embeddings}
+    return [p for p in model.parameters() if id(p) not in skip]
+
+
+class BodyGate:
+    """Keeps trainable body parameters out of every update until `open()`.
+
+    While closed, gradient hooks zero their gradients (so that gradient clipping ignores them) and
+    `drop_gradients()` sets them to None before the optimizer step (so that torch optimizers skip them: no weight
+    decay, no moments).
+    """
+
+    def __init__(self, parameters: list[torch.nn.Parameter]) -> None:
+        self.parameters = parameters
+        self.is_open = False
+        self._hooks = [p.register_hook(self._gate) for p in parameters]
+
+    def _gate(self, grad: torch.Tensor) -> torch.Tensor:
+        return grad if self.is_open else torch.zeros_like(grad)
+
+    def open(self) -> None:
+        self.is_open = True
+
+    def drop_gradients(self) -> None:
+        if not self.is_open:
+            for parameter in self.parameters:
+                parameter.grad = None
+
+    def remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []

@@ -1,0 +1,173 @@
+"""Model cards: rendered against golden files, metadata read back by `ModelCard.load` without warnings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi, ModelCard
+
+import vocabshift
+from vocabshift.errors import ModelFolderError, RecordError
+from vocabshift.record import ExtensionRecord, pack_ids
+from vocabshift.training.evaluation import Evaluation, ModelScores
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("VOCABSHIFT_UPDATE_GOLDEN") == "1"  # rewrite the golden files after a deliberate change
+BASE_README = """---
+license: apache-2.0
+language:
+- en
+---
+
+# A base model
+"""
+
+
+def make_record(**changes) -> ExtensionRecord:
+    """A deterministic record: 40 old tokens, 24 new ones (ids 40-63) with short decompositions."""
+    fields = dict(
+        method="subword", mode="extend", seed=0, source_model="base-model", source_revision=None,
+        old_vocab_size=40, old_num_rows=40, new_vocab_size=64, new_num_rows=64, tied=True,
+        new_token_ranges=[[40, 64]], special_tokens={"<|endoftext|>": 0},
+        source_tokenizer_sha256="a" * 64, target_tokenizer_sha256="b" * 64, tokenizer_sha256="c" * 64,
+        decompositions={"lengths": pack_ids([2] * 24), "ids": pack_ids([i % 40 for i in range(48)])},
+        method_config={"input_weighting": "uniform", "output_weighting": "char_length"},
+        diagnostics={"composed": 24, "mean_pieces": 2.0, "target_script": "CYRILLIC"},
+        tokenizer_report={"tokens_added": 24, "tokens_dropped": 0, "target_tokens_per_word_before": 5.4821,
+                          "target_tokens_per_word_after": 2.0312, "source_lines_changed": 0.015},
+        vocabshift_version="0.1.0",
+    )
+    fields.update(changes)
+    return ExtensionRecord(**fields)
+
+
+def write_folder(path: Path, record: ExtensionRecord, *, extra: dict | None = None) -> Path:
+    """A model folder as save_pretrained writes it, reduced to what a card reads (config.json)."""
+    path.mkdir(parents=True)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "transformers_version": "5.24.0",
+              "vocabshift": {**record.to_dict(), **(extra or {})}}
+    (path / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
+
+
+def check_golden(card: ModelCard, name: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(str(card), encoding="utf-8")
+    assert str(card) == path.read_text(encoding="utf-8"), f"card differs from {path}; see the diff above"
+
+
+def load_strictly(path: Path) -> ModelCard:
+    """ModelCard.load with every warning turned into an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return ModelCard.load(path)
+
+
+def test_card_of_an_extension_inherits_the_local_base_license(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base-model").mkdir()
+    (tmp_path / "base-model" / "README.md").write_text(BASE_README, encoding="utf-8")
+    folder = write_folder(tmp_path / "tiny-ru", make_record())
+    with caplog.at_level(logging.WARNING):
+        card = vocabshift.model_card(folder, language="ru", repo_id="me/tiny-ru")
+    check_golden(card, "card_extend.md")
+    # base_model is unknown (a local folder), the rest is complete: one warning, naming the fix
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "The model card has no base_model (not found in the record or the base model's card): pass "
+        "base_model=... to model_card (or `vocabshift card --base-model`)."]
+    card.save(folder / "README.md")
+    data = load_strictly(folder / "README.md").data
+    assert (data.license, data.language, data.library_name) == ("apache-2.0", ["ru", "en"], "transformers")
+    assert data.tags == ["vocabshift", "subword", "vocabulary-extension"]
+    assert data.pipeline_tag == "text-generation" and data.base_model is None
+
+
+def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_hub):
+    api = HfApi()
+    api.create_repo("org/base-7b")
+    api.upload_file(path_or_fileobj=BASE_README.encode(), path_in_repo="README.md", repo_id="org/base-7b")
+    record = make_record(
+        method="random", mode="replace", source_model="org/base-7b", new_vocab_size=60, new_num_rows=64,
+        new_token_ranges=[[4, 40], [44, 60]], shared=pack_ids([0, 0, 1, 1, 2, 2, 3, 3, 40, 10, 41, 11, 42, 12, 43, 13]),
+        method_config={}, diagnostics={}, tokenizer_report={},
+        cpt=[{"step": 0, "loss": 4.21, "tokens_seen": 0},
+             {"step": 50, "loss": 2.875, "tokens_seen": 51200, "command": "vocabshift train out/base-7b-ru ru.txt"}],
+        propagation=[{"base": "org/base-7b", "adapted": "me/base-7b-ru", "instruct": "org/base-7b-instruct",
+                      "method": "conversion", "residual": {"input": 0.0312}}],
+    )
+    scores = (ModelScores("adapted", 2.1, 1.29, 2.31, 2.52, 1.87, 0.71, 51_200),
+              ModelScores("original", 5.29, 1.562, 1.14, None, None, None, 129_400))
+    record.evaluations.append(Evaluation(scores, 200, 171_333).to_dict())
+    folder = write_folder(tmp_path / "base-7b-instruct-ru", record)
+    (folder / "loss.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    card = vocabshift.model_card(folder, language=["ru"], datasets=["me/ru-corpus"])
+    check_golden(card, "card_history.md")
+    card.save(folder / "README.md")
+    data = load_strictly(folder / "README.md").data
+    assert data.base_model == ["org/base-7b-instruct", "me/base-7b-ru"] and data.base_model_relation == "merge"
+    assert (data.license, data.language, data.datasets) == ("apache-2.0", ["ru", "en"], ["me/ru-corpus"])
+    assert data.tags == ["vocabshift", "random", "vocabulary-replacement", "embedding-only-cpt", "lep"]
+    card.validate()  # the Hub's metadata rules, through the loopback /api/validate-yaml
+
+
+def test_card_of_an_in_memory_model(tokenizers_en, tokenizers_ru):
+    from conftest import make_model
+
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=tokenizers_en["sentencepiece"],
+                            input_weighting="char_length")
+    card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny")
+    assert card.data.base_model == "org/tiny" and card.data.base_model_relation == "finetune"
+    assert "- `input_weighting`: char_length" in card.text  # only the option that differs from the default
+    assert "untied (initialized separately)" in card.text
+    record = vocabshift.get_record(model)
+    assert f"**{len(record.new_ids):,}** new tokens" in card.text
+
+
+def test_card_of_an_unregistered_method_keeps_its_name_and_options(tmp_path):
+    record = make_record(method="plugin_method", method_config={"alpha": 0.5})
+    card = vocabshift.model_card(write_folder(tmp_path / "m", record), language="ru", license="mit")
+    assert "| Method | plugin_method (`plugin_method`) |" in card.text
+    assert "--option alpha=0.5" in card.text
+
+
+def test_card_refuses_folders_without_config_or_record(tmp_path):
+    with pytest.raises(ModelFolderError, match="has no config.json"):
+        vocabshift.model_card(tmp_path)
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(RecordError, match="carries no vocabshift record"):
+        vocabshift.model_card(tmp_path)
+
+
+def test_the_template_ships_in_the_wheel(tmp_path):
+    """Build the wheel from a copy of the sources, install it alone, and render a card from the installed copy."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        if (ROOT / name).exists():
+            shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    pip = [sys.executable, "-m", "pip", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("vocabshift-*.whl"))
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True,
+                   capture_output=True)
+    folder = write_folder(tmp_path / "m", make_record())
+    script = ("import sys, vocabshift; assert vocabshift.__file__.startswith(sys.argv[1]), vocabshift.__file__; "
+              "print(vocabshift.model_card(sys.argv[2], language='ru', license='mit').data.tags)")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "site"), str(folder)], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, check=True)
+    assert "'vocabshift', 'subword'" in result.stdout

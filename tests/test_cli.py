@@ -1,0 +1,115 @@
+"""The `vocabshift` command, run as a subprocess on tiny inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from huggingface_hub import ModelCard
+from transformers import AutoModelForCausalLM
+
+import vocabshift
+from conftest import ROOT, make_model
+from vocabshift.cli import _key_value, build_parser
+
+
+def run(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m vocabshift ARGS` (the console script runs the same `main`)."""
+    result = subprocess.run([sys.executable, "-m", "vocabshift", *args], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def base_folder(tmp_path_factory, tokenizers_en):
+    """A tiny untied Llama and its (English) tokenizer, saved as a model folder."""
+    folder = tmp_path_factory.mktemp("cli") / "base"
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    vocabshift.save_pretrained_atomic(model, tokenizers_en["sentencepiece"], folder)
+    return folder
+
+
+def test_extend_inspect_card_push(base_folder, tokenizers_ru, tmp_path, loopback_hub):
+    tokenizers_ru["sentencepiece"].save_pretrained(tmp_path / "ru-tokenizer")
+    out = tmp_path / "tiny-ru"
+    result = run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(out), "--method", "subword",
+                 "--pad-to-multiple-of", "64", "--seed", "3", "--option", "input_weighting=char_length",
+                 "--option", "input_norm=false")
+    record = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(out))
+    assert f"{len(record.new_ids):,} new tokens initialized with subword" in result.stdout
+    assert (record.seed, record.new_num_rows % 64, record.method_config["input_weighting"],
+            record.method_config["input_norm"]) == (3, 0, "char_length", False)
+
+    result = run("inspect", str(out))
+    assert json.loads(result.stdout[: result.stdout.rindex("}") + 1])["method"] == "subword"
+    assert f"{out}: consistent" in result.stdout and "round trip: " in result.stdout
+
+    result = run("card", str(out), "--language", "ru", "--license", "apache-2.0", "--repo-id", "loopback-user/tiny-ru")
+    assert result.stdout.strip() == str(out / "README.md")
+    card = ModelCard.load(out / "README.md")
+    assert (card.data.language, card.data.license) == (["ru"], "apache-2.0")
+    assert "--option input_norm=false" in card.text and "--option input_weighting=char_length" in card.text
+
+    result = run("push", str(out), "loopback-user/tiny-ru", "--private", "--commit-message", "from the CLI",
+                 env=loopback_hub.environ())
+    commit = loopback_hub.commits("loopback-user/tiny-ru")[0]
+    assert result.stdout.strip().endswith(f"/commit/{commit.oid}") and commit.title == "from the CLI"
+    assert loopback_hub.files("loopback-user/tiny-ru")["README.md"] == (out / "README.md").read_bytes()
+    assert loopback_hub.token not in result.stdout + result.stderr
+
+
+def test_inspect_finds_problems_and_exits_with_1(base_folder, tokenizers_ru, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(base_folder)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=str(base_folder))
+    model.config.tie_word_embeddings = False
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "broken")
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] += 1  # the config no longer matches the rows
+    config["vocabshift"]["special_tokens"]["</s>"] = 7
+    (folder / "config.json").write_text(json.dumps(config))
+    result = run("inspect", str(folder), check=False)
+    assert result.returncode == 1, result.stderr
+    assert "2 problem(s)" in result.stdout
+    assert f"config vocab_size is {config['vocab_size']:,} but the embeddings have" in result.stdout
+    assert "the record's special token ids" in result.stdout
+
+
+def test_card_refuses_to_overwrite_a_hand_written_readme_and_errors_are_short(base_folder, tmp_path):
+    (tmp_path / "README.md").write_text("# my notes\n")
+    result = run("card", str(base_folder), "--output", str(tmp_path / "README.md"), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "carries no vocabshift record" in result.stderr  # the model folder was never extended
+    assert (tmp_path / "README.md").read_text() == "# my notes\n"
+
+
+def test_help_of_every_subcommand_describes_every_argument():
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if a.dest == "command").choices
+    assert {"extend", "card", "push", "inspect", "methods"} <= set(subcommands)
+    for name, sub in subcommands.items():
+        help_text = sub.format_help()
+        assert sub.description and all(action.help for action in sub._actions), name
+        assert sub.prog == f"vocabshift {name}" and help_text.startswith(f"usage: vocabshift {name}")
+    assert "--pad-to-multiple-of" in subcommands["extend"].format_help()
+    assert "never from the command line" in subcommands["push"].format_help()
+
+
+def test_option_values_are_read_as_json_scalars_or_strings():
+    assert _key_value("k=3") == ("k", 3) and _key_value("k=0.5") == ("k", 0.5) and _key_value("k=true") == ("k", True)
+    assert _key_value("k=char_length") == ("k", "char_length") and _key_value("k=[1]") == ("k", "[1]")
+    assert _key_value("path=a=b") == ("path", "a=b")
+    with pytest.raises(Exception, match="is not key=value"):
+        _key_value("oops")
+
+
+def test_console_script_lists_the_methods():
+    script = os.path.join(os.path.dirname(sys.executable), "vocabshift")
+    assert os.path.exists(script), "run `make setup` (pip install -e .) to install the console script"
+    result = subprocess.run([script, "methods"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines()] == vocabshift.list_methods()

@@ -1,0 +1,62 @@
+"""`vocabshift train`, `evaluate` and `probe`, run as subprocesses on tiny inputs."""
+
+from __future__ import annotations
+
+import json
+import lzma
+
+import torch
+from transformers import AutoModelForCausalLM
+
+import vocabshift
+from conftest import make_model
+from test_cli import run
+
+
+def _texts(path, lines):
+    with lzma.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, ru_held):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source)
+    vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "extended")
+    before = model.get_input_embeddings().weight.detach().clone()
+    result = run("train", str(tmp_path / "extended"), _texts(tmp_path / "train.txt.xz", ru_lines[:400]),
+                 str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32")
+    assert "3 embedding-only steps" in result.stdout
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "trained")
+    record = vocabshift.get_record(trained)
+    assert record.cpt[-1]["steps"] == 3 and (tmp_path / "trained" / "cpt_loss.png").read_bytes()[:4] == b"\x89PNG"
+    after, new_ids = trained.get_input_embeddings().weight, torch.tensor(record.new_ids)
+    old = torch.ones(len(before), dtype=torch.bool)
+    old[new_ids] = False
+    assert torch.equal(after[old], before[old]) and not torch.equal(after[new_ids], before[new_ids])
+
+    held = _texts(tmp_path / "held.txt.xz", ru_held[:10])
+    result = run("evaluate", str(tmp_path / "trained"), held, "--add-to-record")
+    assert result.stdout.startswith("| model | tokens/word | bits/byte")
+    config = json.loads((tmp_path / "trained" / "config.json").read_text())
+    assert config["vocabshift"]["evaluations"][-1]["num_texts"] == 10
+
+
+def test_probe(tmp_path, tokenizers_en, tokenizers_ru, ru_lines):
+    source = tokenizers_en["sentencepiece"]
+    vocabshift.save_pretrained_atomic(make_model("llama-untied", source), source, tmp_path / "base")
+    tokenizers_ru["sentencepiece"].save_pretrained(tmp_path / "ru")
+    result = run("probe", str(tmp_path / "base"), str(tmp_path / "ru"), _texts(tmp_path / "ru.txt.xz", ru_lines[:300]),
+                 "--methods", "mean", "subword", "--held-out", "20", "--steps", "2", "--eval-every", "1",
+                 "--batch-size", "2", "--context-length", "32", "--output-dir", str(tmp_path / "probe"))
+    assert "| rank | method |" in result.stdout and "after 2 steps" in result.stdout
+    assert sorted(p.name for p in (tmp_path / "probe").iterdir()) == ["probe.md", "probe.png"]
+
+
+def test_bad_text_file_is_refused(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    result = run("evaluate", str(tmp_path), str(tmp_path / "latin1.txt"), check=False)
+    assert result.returncode == 1 and "latin1.txt' is not UTF-8 text" in result.stderr
+    result = run("train", str(tmp_path / "no-model"), str(tmp_path / "missing.txt"), str(tmp_path / "out"), check=False)
+    assert result.returncode == 1 and "missing.txt' does not exist" in result.stderr

@@ -1,0 +1,205 @@
+"""Bad input: a typed error that names the input and the fix, and a model left exactly as it was."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast
+
+import vocabshift
+from conftest import make_model
+from vocabshift import errors, registry
+from vocabshift.methods import InitResult
+
+
+@pytest.fixture
+def setup(tokenizers_en, tokenizers_ru):
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    return model, tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+
+
+def _snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, model.config.to_dict()
+
+
+def _assert_unchanged(model, snapshot):
+    weights, config = snapshot
+    after = model.state_dict()
+    assert after.keys() == weights.keys()
+    assert all(torch.equal(after[k], v) for k, v in weights.items())
+    assert model.config.to_dict() == config
+
+
+def _refused(model, error, match, *args, **kwargs):
+    snapshot = _snapshot(model)
+    with pytest.raises(error, match=match):
+        model.extend_vocabulary(*args, **kwargs)
+    _assert_unchanged(model, snapshot)
+
+
+def test_new_tokenizer_of_a_wrong_type(setup):
+    model, source, _ = setup
+    _refused(model, errors.InvalidTokenizerError, "new_tokenizer is a int; pass a fast tokenizer", 42,
+             source_tokenizer=source)
+
+
+def test_new_tokenizer_that_is_a_model(setup):
+    model, source, _ = setup
+    _refused(model, errors.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM", model,
+             source_tokenizer=source)
+
+
+def test_source_tokenizer_that_does_not_belong_to_the_model(setup, tokenizers_ru):
+    model, _, new = setup
+    _refused(model, errors.TokenizerMismatchError, "900 tokens but Qwen2ForCausalLM has 700 embedding rows",
+             new, source_tokenizer=tokenizers_ru["wordpiece"])
+
+
+def test_source_tokenizer_other_than_the_one_of_the_last_extension(setup):
+    model, source, new = setup
+    model.extend_vocabulary(new, source_tokenizer=source)
+    _refused(model, errors.TokenizerMismatchError, "not the tokenizer returned by the model's last", new,
+             source_tokenizer=source)
+
+
+def test_unknown_method(setup):
+    model, source, new = setup
+    _refused(model, errors.UnknownMethodError, "Unknown method 'fokus'. Available: mean, multivariate, random",
+             new, method="fokus", source_tokenizer=source)
+
+
+def test_unknown_method_option(setup):
+    model, source, new = setup
+    _refused(model, errors.MethodOptionError, "Unknown option 'input_weigting' .* Accepted options: input_norm, ",
+             new, source_tokenizer=source, input_weigting="uniform")
+
+
+def test_option_for_a_method_without_options(setup):
+    model, source, new = setup
+    _refused(model, errors.MethodOptionError, "Accepted options: none", new, method="mean",
+             source_tokenizer=source, input_norm=True)
+
+
+def test_ill_typed_method_option(setup):
+    model, source, new = setup
+    _refused(model, errors.MethodOptionError, "input_norm='yes' .* expected bool", new,
+             source_tokenizer=source, input_norm="yes")
+
+
+def test_method_option_outside_its_choices(setup):
+    model, source, new = setup
+    _refused(model, errors.MethodOptionError, "one of 'uniform', 'char_length', 'max_char'", new,
+             source_tokenizer=source, input_weighting="median")
+
+
+class _NoEmbeddings(PreTrainedModel):
+    config_class = LlamaConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.body = torch.nn.Linear(4, 4)
+
+
+def test_model_without_input_embeddings(setup):
+    _, source, new = setup
+    model = _NoEmbeddings(LlamaConfig(hidden_size=4, num_hidden_layers=1, num_attention_heads=1))
+    _refused(model, errors.UnsupportedModelError, "_NoEmbeddings has no input embedding matrix", new,
+             source_tokenizer=source)
+
+
+def test_new_tokenizer_with_no_new_tokens(setup):
+    model, source, _ = setup
+    _refused(model, errors.NoNewTokensError, "adds no token that the model's tokenizer lacks", source,
+             source_tokenizer=source)
+
+
+def test_corrupted_tokenizer_file(setup, tmp_path):
+    model, source, _ = setup
+    broken = tmp_path / "ru"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": ', encoding="utf-8")
+    (broken / "tokenizer_config.json").write_text("{}", encoding="utf-8")
+    _refused(model, errors.TokenizerLoadError, f"Could not load new_tokenizer='{broken}'.*files are complete",
+             str(broken), source_tokenizer=source)
+
+
+def test_missing_tokenizer_path(setup, tmp_path):
+    model, source, _ = setup
+    _refused(model, errors.TokenizerLoadError, "Could not load new_tokenizer=", str(tmp_path / "nowhere"),
+             source_tokenizer=source)
+
+
+def test_no_source_tokenizer_and_no_model_path(setup):
+    model, _, new = setup
+    _refused(model, errors.TokenizerLoadError, "model.name_or_path is empty.*pass source_tokenizer=", new)
+
+
+@pytest.mark.parametrize("value", [0, -8, "64", True, 2.5])
+def test_bad_pad_to_multiple_of(setup, value):
+    model, source, new = setup
+    _refused(model, errors.InvalidArgumentError, f"pad_to_multiple_of={value!r} is invalid: pass a positive int",
+             new, source_tokenizer=source, pad_to_multiple_of=value)
+
+
+def test_unknown_mode(setup):
+    model, source, new = setup
+    _refused(model, errors.InvalidArgumentError, "mode='append' is invalid: pass one of 'extend', 'replace'", new,
+             mode="append", source_tokenizer=source)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, None])
+def test_bad_seed(setup, value):
+    model, source, new = setup
+    _refused(model, errors.InvalidArgumentError, "seed=.* is invalid: pass a non-negative int", new, seed=value,
+             source_tokenizer=source)
+
+
+def test_extend_with_a_tokenizer_model_of_another_kind(setup, tokenizers_ru):
+    model, source, _ = setup
+    _refused(model, errors.IncompatibleTokenizerError, "train the new tokenizer as BPE .* or use mode='replace'",
+             tokenizers_ru["unigram"], source_tokenizer=source)
+
+
+def test_tokenizer_of_an_unsupported_family(setup, ru_lines):
+    model, source, _ = setup
+    plain = Tokenizer(models.BPE(unk_token="[UNK]"))
+    plain.pre_tokenizer = pre_tokenizers.Whitespace()
+    from tokenizers import trainers
+
+    plain.train_from_iterator(ru_lines[:200], trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    _refused(model, errors.UnsupportedTokenizerError, "vocabshift handles byte-level BPE", 
+             PreTrainedTokenizerFast(tokenizer_object=plain), source_tokenizer=source)
+
+
+def test_method_returning_non_finite_rows(setup, monkeypatch):
+    model, source, new = setup
+
+    @dataclasses.dataclass(frozen=True)
+    class BrokenConfig:
+        pass
+
+    def broken(context, config):
+        return InitResult(torch.full((context.num_new, context.source_input.shape[1]), float("nan")))
+
+    spec = registry.MethodSpec("broken", broken, BrokenConfig, "Broken", None, "")
+    monkeypatch.setitem(registry._METHODS, "broken", spec)
+    _refused(model, errors.MethodResultError, "Method 'broken' returned input_rows that are not a finite", new,
+             method="broken", source_tokenizer=source)
+
+
+def test_untied_head_of_another_shape(tokenizers_en, tokenizers_ru):
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    model.lm_head = torch.nn.Linear(64, 10, bias=False)
+    _refused(model, errors.UnsupportedModelError, "output head has shape \\(10, 64\\)", tokenizers_ru["sentencepiece"],
+             source_tokenizer=tokenizers_en["sentencepiece"])
+
+
+def test_errors_are_also_builtin_errors():
+    assert issubclass(errors.InvalidArgumentError, ValueError)
+    assert issubclass(errors.InvalidTokenizerError, TypeError)
+    assert issubclass(errors.MethodOptionError, TypeError)
+    assert all(issubclass(getattr(errors, name), errors.VocabShiftError) for name in errors.__all__)
+    assert vocabshift.VocabShiftError is errors.VocabShiftError

@@ -1,0 +1,159 @@
+"""push_to_hub against the loopback Hub with the real huggingface_hub client, and reloading with from_pretrained."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from huggingface_hub.errors import HfHubHTTPError
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import vocabshift
+from conftest import ROOT, make_model
+from vocabshift.errors import ModelFolderError, UnsafeWeightsError
+
+REPO = "loopback-user/tiny-ru"
+
+
+@pytest.fixture(scope="module")
+def extended(tokenizers_en, tokenizers_ru):
+    """A tiny untied Llama extended with a Russian tokenizer, and that tokenizer."""
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=tokenizers_en["sentencepiece"])
+    return model, tokenizer
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits
+
+
+def shards(files):
+    return sorted(path for path in files if path.endswith(".safetensors"))
+
+
+def test_push_sharded_model_and_reload_it(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru", max_shard_size="60KB")
+    assert len(shards(os.listdir(folder))) > 3
+    url = vocabshift.push_to_hub(folder, REPO, private=True, commit_message="first")
+    commits = loopback_hub.commits(REPO)
+    assert url == f"{loopback_hub.url}/{REPO}/commit/{commits[0].oid}"
+    assert [c.title for c in commits] == ["first", "initial commit"]  # one commit
+    files = loopback_hub.files(REPO)
+    assert shards(files) == shards(os.listdir(folder)) and "README.md" in files
+    assert "README.md" not in os.listdir(folder)  # the card is generated for the commit, the folder is untouched
+
+    reloaded = AutoModelForCausalLM.from_pretrained(REPO)
+    reloaded_tokenizer = AutoTokenizer.from_pretrained(REPO)
+    text = "Съешь же ещё этих мягких французских булок"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert reloaded_tokenizer(text, add_special_tokens=False)["input_ids"] == ids
+    assert torch.equal(logits(model, ids), logits(reloaded, ids))
+    assert vocabshift.get_record(reloaded) == vocabshift.get_record(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        card = ModelCard.load(REPO)
+    assert card.data.tags[:2] == ["vocabshift", "subword"] and card.data.library_name == "transformers"
+    assert HfApi().model_info(REPO).private is True
+
+
+def test_repush_with_fewer_shards_deletes_the_stale_ones(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = tmp_path / "tiny-ru"
+    vocabshift.save_pretrained_atomic(model, tokenizer, folder, max_shard_size="60KB")
+    vocabshift.push_to_hub(folder, REPO)
+    many = shards(loopback_hub.files(REPO))
+    vocabshift.save_pretrained_atomic(model, tokenizer, folder, max_shard_size="200KB")
+    vocabshift.push_to_hub(folder, REPO, commit_message="fewer shards")
+    files = loopback_hub.files(REPO)
+    assert shards(files) == shards(os.listdir(folder)) and len(shards(files)) < len(many)
+    assert not set(many) & set(shards(files))  # every old shard name is gone (model-0000i-of-0000N)
+    assert [c.title for c in loopback_hub.commits(REPO)][0] == "fewer shards"
+    reloaded = AutoModelForCausalLM.from_pretrained(REPO)
+    assert torch.equal(logits(model, [5, 6, 7]), logits(reloaded, [5, 6, 7]))
+
+
+def test_push_to_a_branch_leaves_main_alone(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    vocabshift.push_to_hub(folder, REPO, revision="dev")
+    assert list(loopback_hub.files(REPO)) == [".gitattributes"]
+    assert "model.safetensors" in loopback_hub.files(REPO, revision="dev")
+    reloaded = AutoModelForCausalLM.from_pretrained(REPO, revision="dev")
+    assert torch.equal(logits(model, [1, 2, 3]), logits(reloaded, [1, 2, 3]))
+
+
+def test_a_repo_id_without_namespace_goes_to_the_users_and_the_card_names_it(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    url = vocabshift.push_to_hub(folder, "tiny-plain")
+    assert "/loopback-user/tiny-plain/commit/" in url
+    readme = loopback_hub.files("loopback-user/tiny-plain")["README.md"].decode()
+    assert 'from_pretrained("loopback-user/tiny-plain")' in readme
+
+
+def test_push_refuses_pickles_and_incomplete_folders_before_any_request(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    torch.save({"step": 1}, folder / "training_args.bin")
+    with pytest.raises(UnsafeWeightsError, match=r"pickle files \['training_args.bin'\].*safetensors only"):
+        vocabshift.push_to_hub(folder, REPO)
+    (folder / "training_args.bin").unlink()
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ModelFolderError, match="lacks config.json or \\*.safetensors"):
+        vocabshift.push_to_hub(folder, REPO)
+    with pytest.raises(ModelFolderError, match="is not a folder"):
+        vocabshift.push_to_hub(tmp_path / "missing", REPO)
+    assert loopback_hub.requests == []
+
+
+def test_the_token_is_sent_but_never_logged(extended, tmp_path, loopback_hub, caplog, capfd):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    with caplog.at_level(logging.DEBUG):
+        vocabshift.push_to_hub(folder, REPO, token=loopback_hub.token)
+        with pytest.raises(HfHubHTTPError, match="401") as refused:
+            vocabshift.push_to_hub(folder, "loopback-user/other", token="hf_wrong_secret_token")
+    output = caplog.text + "".join(capfd.readouterr()) + str(refused.value)
+    assert "Request" in caplog.text  # huggingface_hub's debug log of each request was captured
+    assert loopback_hub.token not in output and "hf_wrong_secret_token" not in output
+
+
+CHILD_PUSH = """
+import sys, vocabshift
+vocabshift.push_to_hub(sys.argv[1], sys.argv[2], commit_message="second")
+"""
+
+
+@pytest.mark.parametrize("stage", ["lfs-upload", "commit"])
+def test_a_push_killed_midway_leaves_the_repo_as_it_was(extended, tmp_path, loopback_hub, stage):
+    model, tokenizer = extended
+    first = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "first")
+    vocabshift.push_to_hub(first, REPO)
+    before = loopback_hub.files(REPO)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[-1] += 1.0  # a different model for the second push
+    second = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "second", max_shard_size="60KB")
+    reached = loopback_hub.hold(stage)
+    env = {**os.environ, **loopback_hub.environ(), "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_PUSH, str(second), REPO], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert reached.wait(120), f"the push never reached {stage}"
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        loopback_hub.release(stage)
+        child.kill()
+    assert child.returncode == -signal.SIGKILL
+    assert loopback_hub.files(REPO) == before and len(loopback_hub.commits(REPO)) == 2
+    vocabshift.push_to_hub(second, REPO)  # a later push goes through
+    assert shards(loopback_hub.files(REPO)) == shards(os.listdir(second))

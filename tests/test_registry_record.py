@@ -1,0 +1,91 @@
+"""Method registry rules and the ExtensionRecord's JSON round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Literal
+
+import pytest
+
+import vocabshift
+from vocabshift import registry
+from vocabshift.errors import InvalidArgumentError, MethodOptionError, RecordError
+from vocabshift.record import ExtensionRecord, get_record, id_ranges, pack_ids, unpack_ids
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    count: int = 1
+    scale: float = 1.0
+    name: str | None = None
+    kind: Literal["a", "b"] = "a"
+
+
+def test_list_methods_is_sorted_and_has_the_baselines():
+    names = vocabshift.list_methods()
+    assert names == sorted(names)
+    assert {"mean", "multivariate", "random", "subword"} <= set(names)
+    for name in names:
+        spec = vocabshift.get_method(name)
+        assert spec.name == name and spec.pretty_name and spec.summary
+
+
+def test_register_rejects_duplicates_bad_names_and_mutable_configs(monkeypatch):
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    with pytest.raises(InvalidArgumentError, match="'mean' is already registered"):
+        registry.register_method("mean", config_class=_Options, pretty_name="x")
+    with pytest.raises(InvalidArgumentError, match="'Bad-Name' is invalid"):
+        registry.register_method("Bad-Name", config_class=_Options, pretty_name="x")
+
+    @dataclasses.dataclass
+    class Mutable:
+        pass
+
+    with pytest.raises(InvalidArgumentError, match="must be a frozen dataclass"):
+        registry.register_method("mutable", config_class=Mutable, pretty_name="x")
+    registry.register_method("fresh", config_class=_Options, pretty_name="Fresh")(lambda context, config: None)
+    assert "fresh" in vocabshift.list_methods()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"count": 1.5}, {"count": True}, {"scale": "1"}, {"scale": False}, {"name": 3}, {"kind": "c"}, {"kind": 1}],
+)
+def test_option_types_are_checked(options):
+    spec = registry.MethodSpec("t", lambda c, o: None, _Options, "T", None, "")
+    with pytest.raises(MethodOptionError, match=f"Option {next(iter(options))}="):
+        registry.build_config(spec, options)
+
+
+def test_accepted_options_build_the_config():
+    spec = registry.MethodSpec("t", lambda c, o: None, _Options, "T", None, "")
+    config = registry.build_config(spec, {"count": 3, "scale": 2, "name": None, "kind": "b"})
+    assert config == _Options(3, 2, None, "b")
+
+
+def test_id_packing_round_trips():
+    ids = [0, 5, 2**31 - 1, 7, 7]
+    assert unpack_ids(pack_ids(ids)) == ids
+    assert unpack_ids(pack_ids([])) == []
+    assert id_ranges([3, 4, 5, 9, 11, 12]) == [[3, 6], [9, 10], [11, 13]]
+
+
+def test_record_round_trips_through_json_and_ignores_unknown_keys(tokenizers_en, tokenizers_ru):
+    from conftest import make_model
+
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"])
+    record = get_record(model)
+    data = json.loads(json.dumps(record.to_dict()))
+    assert ExtensionRecord.from_dict({**data, "from_the_future": 1}) == record
+    del data["method"]
+    with pytest.raises(RecordError, match=r"lacks \['method'\]"):
+        ExtensionRecord.from_dict(data)
+
+
+def test_get_record_on_a_model_never_extended(tokenizers_en):
+    from conftest import make_model
+
+    with pytest.raises(RecordError, match="carries no vocabshift record.*call model.extend_vocabulary"):
+        get_record(make_model("qwen2-tied", tokenizers_en["bytelevel"]))

@@ -1,0 +1,127 @@
+"""Atomic saves: a save killed or failing midway leaves the previous output intact."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+import vocabshift
+from conftest import ROOT
+from vocabshift import save
+from vocabshift.errors import ModelFolderError
+
+TINY = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2)
+
+
+def tiny(seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**TINY)).eval()
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def siblings(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.parent.iterdir() if p.name != folder.name)
+
+
+# The child saves another model; its tokenizer save stalls after the model shards are written, then it is killed.
+CHILD_SAVE = f"""
+import sys, time, torch, vocabshift
+from transformers import LlamaConfig, LlamaForCausalLM
+class StallingTokenizer:
+    def save_pretrained(self, folder):
+        open(sys.argv[2], "w").write(str(folder))
+        time.sleep(120)
+torch.manual_seed(1)
+model = LlamaForCausalLM(LlamaConfig(**{TINY}))
+vocabshift.save_pretrained_atomic(model, StallingTokenizer(), sys.argv[1], max_shard_size="20KB")
+"""
+
+
+def test_a_save_killed_midway_leaves_the_previous_output(tmp_path):
+    folder = tmp_path / "out"
+    vocabshift.save_pretrained_atomic(tiny(0), None, folder, max_shard_size="20KB")
+    before = digest(folder)
+    marker = tmp_path / "marker"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_SAVE, str(folder), str(marker)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        temporary = Path(marker.read_text())
+        assert temporary.parent == tmp_path and any(temporary.glob("model-*.safetensors"))  # killed mid-write
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        child.kill()
+    assert digest(folder) == before
+    reloaded = AutoModelForCausalLM.from_pretrained(folder)
+    assert torch.equal(reloaded(torch.tensor([[1, 2, 3]])).logits, tiny(0)(torch.tensor([[1, 2, 3]])).logits)
+    assert temporary.exists()  # left by the killed process ...
+    vocabshift.save_pretrained_atomic(tiny(2), None, folder)
+    assert siblings(folder) == ["marker"]  # ... and removed by the next save
+    assert digest(folder) != before
+
+
+def test_a_failing_save_leaves_the_previous_output(tmp_path):
+    folder = tmp_path / "out"
+    vocabshift.save_pretrained_atomic(tiny(0), None, folder)
+    before = digest(folder)
+
+    class BrokenTokenizer:
+        def save_pretrained(self, folder):
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        vocabshift.save_pretrained_atomic(tiny(1), BrokenTokenizer(), folder)
+    assert digest(folder) == before and siblings(folder) == []
+
+
+def test_replacing_without_an_atomic_exchange(tmp_path, monkeypatch):
+    monkeypatch.setattr(save, "_exchange", lambda first, second: False)
+    folder = tmp_path / "out"
+    vocabshift.save_pretrained_atomic(tiny(0), None, folder)
+    vocabshift.save_pretrained_atomic(tiny(1), None, folder)
+    reloaded = AutoModelForCausalLM.from_pretrained(folder)
+    assert torch.equal(reloaded.model.embed_tokens.weight, tiny(1).model.embed_tokens.weight)
+    assert siblings(folder) == []
+
+
+def test_a_kill_between_the_two_renames_is_repaired(tmp_path):
+    """Without an atomic exchange the old folder is moved aside first; if the process dies right then, the next
+    call for that folder moves it back before anything else."""
+    folder = tmp_path / "out"
+    vocabshift.save_pretrained_atomic(tiny(0), None, folder)
+    before = digest(folder)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    aside = tmp_path / f".out.vocabshift-old-{int(dead.stdout)}-abc"
+    aside.mkdir()
+    os.rename(folder, aside / "out")
+    with pytest.raises(RuntimeError, match="stop"):
+        with save.atomic_folder(folder):
+            raise RuntimeError("stop")
+    assert digest(folder) == before and siblings(folder) == []
+
+
+def test_refuses_to_replace_what_is_not_a_model_folder(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    with pytest.raises(ModelFolderError, match="holds no saved model"):
+        vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "notes")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelFolderError, match="is a file"):
+        vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "file")
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"

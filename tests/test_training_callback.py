@@ -1,0 +1,231 @@
+"""EmbeddingOnlyCallback in a real Trainer: old rows and body bit-identical, new rows trained, record, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState
+from peft import LoraConfig
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+import vocabshift
+from conftest import ARCHITECTURES, make_model
+from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError
+from vocabshift.training import SecondStage, embedding_parameters
+
+
+def extended(architecture, tokenizers_en, tokenizers_ru):
+    family = ARCHITECTURES[architecture][0]
+    source = tokenizers_en[family]
+    model = make_model(architecture, source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru[family], source_tokenizer=source)
+    return model.train(), tokenizer
+
+
+def blocks(tokenizer, lines, *, length=32, count=48):
+    ids = tokenizer("\n".join(lines[:400]), add_special_tokens=False)["input_ids"]
+    chunks = [ids[i : i + length] for i in range(0, length * count, length)]
+    return [{"input_ids": torch.tensor(c), "labels": torch.tensor(c)} for c in chunks]
+
+
+def arguments(tmp_path, **overrides):
+    options = dict(output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4, learning_rate=1e-2,
+                   weight_decay=0.1, lr_scheduler_type="constant", logging_steps=1, report_to=[], save_strategy="no",
+                   use_cpu=True, disable_tqdm=True, seed=0)
+    return TrainingArguments(**{**options, **overrides})
+
+
+def snapshot(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def embedding_names(model):
+    ids = {id(p) for p in embedding_parameters(model)}
+    return {name for name, p in model.named_parameters() if id(p) in ids}
+
+
+def assert_only_new_rows_changed(model, before):
+    new_ids = torch.tensor(vocabshift.get_record(model).new_ids)
+    old = torch.ones(model.get_input_embeddings().weight.shape[0], dtype=torch.bool)
+    old[new_ids] = False
+    embeddings = embedding_names(model)
+    for name, parameter in model.named_parameters():
+        if name in embeddings:
+            assert torch.equal(parameter[old], before[name][old]), f"old rows of {name} moved"
+            assert not torch.equal(parameter[new_ids], before[name][new_ids]), f"new rows of {name} did not train"
+        else:
+            assert torch.equal(parameter, before[name]), f"body parameter {name} moved"
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+@pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied"])
+def test_old_rows_and_body_stay_bit_identical(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, architecture,
+                                              accumulation):
+    model, tokenizer = extended(architecture, tokenizers_en, tokenizers_ru)
+    before = snapshot(model)
+    trainer = Trainer(model=model, args=arguments(tmp_path, gradient_accumulation_steps=accumulation),
+                      train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    groups = trainer.create_optimizer().param_groups
+    assert [g["weight_decay"] for g in groups if g["params"]] == [0.1]  # weight decay does hit the embeddings
+    assert len(groups[0]["params"]) == len(embedding_parameters(model)) == (2 if architecture == "llama-untied" else 1)
+    trainer.train()
+    assert_only_new_rows_changed(model, before)
+    assert trainer.state.global_step == 5
+
+
+def test_rows_all_trains_old_rows_too(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """Control for the test above: the same run with rows='all' does move old rows (and still not the body)."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    before = snapshot(model)
+    Trainer(model=model, args=arguments(tmp_path), train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[vocabshift.EmbeddingOnlyCallback(rows="all")]).train()
+    for name, parameter in model.named_parameters():
+        assert torch.equal(parameter, before[name]) != (name in embedding_names(model)), name
+
+
+def test_record_and_logs(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path, gradient_accumulation_steps=2),
+                      train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    entry = vocabshift.get_record(model).cpt[-1]
+    assert entry["steps"] == 5 and entry["rows"] == "new" and entry["total_batch_size"] == 8
+    assert entry["tokens_seen"] == 5 * 8 * 32
+    assert entry["trainable_rows"] == len(vocabshift.get_record(model).new_ids)
+    assert math.isfinite(entry["final_loss"]) and entry["final_loss"] == trainer.state.log_history[-2]["loss"]
+    assert entry["learning_rate"] == 1e-2 and entry["weight_decay"] == 0.1
+    logged = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logged) == 5 and all("vocabshift/embed_new_row_norm" in log for log in logged)
+    assert logged[0]["vocabshift/head_old_row_norm"] == pytest.approx(entry["row_norms"]["head_old_row_norm"])
+    model.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())["vocabshift"]
+    assert saved["cpt"] == [json.loads(json.dumps(entry))]
+
+
+def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """One AdamW step with head_learning_rate=H moves the head as a run at lr=H does; the input rows as lr=L does."""
+    results = []
+    for lr, head in ((1e-2, 1e-3), (1e-3, None), (1e-2, None)):
+        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+        callback = vocabshift.EmbeddingOnlyCallback(head_learning_rate=head)
+        Trainer(model=model, args=arguments(tmp_path, max_steps=1, learning_rate=lr),
+                train_dataset=blocks(tokenizer, ru_lines), callbacks=[callback]).train()
+        results.append([p.detach().clone() for p in embedding_parameters(model)])
+    (inputs, head), (_, head_at_h), (inputs_at_l, head_at_l) = results
+    torch.testing.assert_close(head, head_at_h, rtol=0, atol=1e-6)
+    assert torch.equal(inputs, inputs_at_l) and not torch.allclose(head, head_at_l)
+    trainer = Trainer(model=model, args=arguments(tmp_path, optim="adafactor"), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)])
+    with pytest.raises(TrainingSetupError, match="SGD, Adam and AdamW .* not Adafactor"):
+        trainer.train()
+
+
+class Snapshots(TrainerCallback):
+    def __init__(self):
+        self.steps = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.steps[state.global_step] = snapshot(model)
+
+
+@pytest.mark.parametrize("lora", [None, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])])
+def test_second_stage_unfreezes_the_body_after_the_step(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, lora):
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    before, snapshots = snapshot(model), Snapshots()
+    callback = vocabshift.EmbeddingOnlyCallback(second_stage=SecondStage(after_step=2, lora=lora))
+    Trainer(model=model, args=arguments(tmp_path, max_steps=4), train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[callback, snapshots]).train()
+    at_two = {name.replace(".base_layer", ""): p for name, p in snapshots.steps[2].items()}
+    assert all(torch.equal(at_two[name], before[name]) for name in before if name not in embedding_names(model))
+    assert all(torch.equal(v, torch.zeros_like(v)) for k, v in at_two.items() if "lora_B" in k)
+    assert set(snapshot(model)) == set(before)  # LoRA merged away: a plain model again
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    body_changed = changed - embedding_names(model)
+    if lora is None:
+        assert "model.layers.0.mlp.up_proj.weight" in body_changed
+    else:
+        assert body_changed == {f"model.layers.{i}.self_attn.{m}_proj.weight" for i in (0, 1) for m in "qv"}
+    new_ids = torch.tensor(vocabshift.get_record(model).new_ids)
+    old = torch.ones(model.config.vocab_size, dtype=torch.bool)
+    old[new_ids] = False
+    assert torch.equal(model.lm_head.weight[old], before["lm_head.weight"][old])
+    assert vocabshift.get_record(model).cpt[-1]["second_stage"]["mode"] == ("full" if lora is None else "lora")
+
+
+def test_refuses_a_model_without_record(tokenizers_en, ru_lines, tmp_path):
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    with pytest.raises(RecordError, match="carries no vocabshift record.*rows='all'"):
+        Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+
+
+def test_refuses_an_optimizer_built_before_freezing(tokenizers_en, tokenizers_ru, tmp_path):
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(TrainingSetupError, match="optimizer holds .* parameters .* built before"):
+        Trainer(model=model, args=arguments(tmp_path), optimizers=(optimizer, None),
+                callbacks=[vocabshift.EmbeddingOnlyCallback()])
+
+
+def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path), train_dataset=blocks(tokenizer, ru_lines))
+    trainer.add_callback(vocabshift.EmbeddingOnlyCallback())
+    before = snapshot(model)
+    with pytest.raises(TrainingSetupError, match="did not see this model.*callbacks="):
+        trainer.train()
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_accepts_an_optimizer_over_the_guarded_parameters(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    before = snapshot(model)
+    guard = vocabshift.training.freeze_for_embedding_training(model)
+    optimizer = torch.optim.AdamW(guard.parameters, lr=1e-2, weight_decay=0.1)
+    guard.remove()
+    Trainer(model=model, args=arguments(tmp_path), optimizers=(optimizer, None),
+            train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert_only_new_rows_changed(model, before)
+
+
+@pytest.mark.parametrize("rows, match", [([0, 10**6], r"ids from 0 to 1000000 .* pass ids in \[0, "),
+                                         ([-1], "ids from -1"), ("old", "rows='old' is invalid"),
+                                         ([], "non-empty list")])
+def test_refuses_bad_rows(tokenizers_en, tokenizers_ru, tmp_path, rows, match):
+    model, _ = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    with pytest.raises(InvalidArgumentError, match=match):
+        Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback(rows=rows)])
+
+
+def test_refuses_a_record_for_another_size(tokenizers_en, tokenizers_ru, tmp_path):
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    model.resize_token_embeddings(len(tokenizer) + 64)
+    with pytest.raises(RecordError, match="resized after extend_vocabulary"):
+        Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+
+
+def test_refuses_bad_options(tokenizers_en, tokenizers_ru, tmp_path):
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    with pytest.raises(InvalidArgumentError, match="head is tied"):
+        Trainer(model=model, args=arguments(tmp_path),
+                callbacks=[vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)])
+    with pytest.raises(InvalidArgumentError, match="head_learning_rate=0 is invalid"):
+        vocabshift.EmbeddingOnlyCallback(head_learning_rate=0)
+    with pytest.raises(InvalidArgumentError, match="after_step=-1"):
+        SecondStage(after_step=-1)
+    with pytest.raises(InvalidArgumentError, match="lora is a dict: pass a peft.LoraConfig"):
+        SecondStage(after_step=1, lora={"r": 8})
+
+
+@pytest.mark.parametrize("plugin, name", [("deepspeed_plugins", "DeepSpeed"), ("fsdp_plugin", "FSDP")])
+def test_refuses_row_masks_under_sharding_backends(tokenizers_en, tokenizers_ru, tmp_path, monkeypatch, plugin, name):
+    """DeepSpeed and FSDP need accelerators; the callback reads accelerate's state as the Trainer does."""
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    args = arguments(tmp_path)
+    monkeypatch.setitem(AcceleratorState._shared_state, plugin, {"default": object()})
+    with pytest.raises(TrainingSetupError, match=f"under {name}.*TrainableTokensConfig"):
+        vocabshift.EmbeddingOnlyCallback().on_init_end(args, None, None, model=model)
+    vocabshift.EmbeddingOnlyCallback(rows="all").on_init_end(args, None, None, model=model)  # plain freezing
+    assert [p.requires_grad for p in model.parameters()].count(True) == 1

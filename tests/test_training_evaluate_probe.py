@@ -1,0 +1,116 @@
+"""`vocabshift.evaluate` and `vocabshift.probe` on tiny models with real tokenizers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import vocabshift
+from conftest import make_model
+from vocabshift.errors import InvalidArgumentError, MethodOptionError, RecordError, UnknownMethodError
+from vocabshift.training import bits_per_byte
+
+
+@pytest.fixture()
+def pair(tokenizers_en, tokenizers_ru):
+    source = tokenizers_en["sentencepiece"]
+    original = make_model("llama-untied", source)
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source)
+    return model, tokenizer, original, source
+
+
+def test_evaluate_adapted_and_original(pair, ru_held, tmp_path):
+    model, tokenizer, original, source = pair
+    texts = ru_held[:30]
+    model.train()
+    result = vocabshift.evaluate(model, tokenizer, texts, original_model=original, original_tokenizer=source,
+                                 context_length=64)
+    adapted, before = result.scores
+    assert model.training and not original.training  # modes given back
+    assert adapted.bits_per_byte == pytest.approx(bits_per_byte(model.eval(), tokenizer, texts, context_length=64),
+                                                  rel=1e-12)
+    assert adapted.tokens_per_word < before.tokens_per_word  # the Russian tokens shorten the text
+    assert 0 < adapted.new_token_share < 1 and adapted.num_tokens < before.num_tokens
+    mixed = adapted.new_token_share * adapted.loss_new_tokens + (1 - adapted.new_token_share) * adapted.loss_old_tokens
+    assert mixed == pytest.approx(adapted.loss, rel=1e-9)
+    assert before.loss_new_tokens is None and before.new_token_share is None
+    table = str(result)
+    assert table.splitlines()[0].startswith("| model | tokens/word | bits/byte")
+    assert f"| original | {before.tokens_per_word:.2f} | {before.bits_per_byte:.3f} |" in table and "| — |" in table
+    assert result.num_bytes == len("\n".join(texts).encode())
+    result.add_to_record(model)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())["vocabshift"]["evaluations"]
+    assert saved == [json.loads(json.dumps(result.to_dict()))]
+    assert vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path)).evaluations == saved
+
+
+def test_evaluate_refuses_bad_input(pair, ru_held):
+    model, tokenizer, original, _ = pair
+    with pytest.raises(InvalidArgumentError, match="non-empty list of strings"):
+        vocabshift.evaluate(model, tokenizer, [])
+    with pytest.raises(InvalidArgumentError, match="non-empty list of strings"):
+        vocabshift.evaluate(model, tokenizer, "one string")
+    with pytest.raises(InvalidArgumentError, match="both original_model and original_tokenizer"):
+        vocabshift.evaluate(model, tokenizer, ru_held[:3], original_model=original)
+    result = vocabshift.evaluate(original, pair[3], ru_held[:3], context_length=64)
+    with pytest.raises(RecordError, match="carries no vocabshift record"):
+        result.add_to_record(original)
+
+
+PROBE = dict(steps=4, eval_every=2, batch_size=8, context_length=32, learning_rate=3e-3, seed=3)
+
+
+def test_probe_ranks_methods_and_writes_table_and_png(tokenizers_en, tokenizers_ru, ru_lines, ru_held, tmp_path):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    runs = [vocabshift.probe(model, tokenizers_ru["sentencepiece"], ru_lines[:300], ru_held[:20], methods=methods,
+                             source_tokenizer=source, output_dir=tmp_path / str(i), **PROBE)
+            for i, methods in enumerate([["random", "subword"], ["subword"]])]
+    result = runs[0]
+    assert runs[1].curves["subword"] == result.curves["subword"]  # same seed and data, whatever else is probed
+    assert [step for step, _ in result.curves["subword"]] == [0, 2, 4]
+    assert result.ranking == sorted(result.curves, key=lambda m: result.curves[m][-1][1])
+    assert result.best == result.ranking[0]
+    for method in ("random", "subword"):  # training lowers held-out bits per byte
+        assert result.curves[method][-1][1] < result.curves[method][0][1]
+    assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = result.table_path.read_text()
+    assert table == str(result) + "\n" and "| 1 | " + result.best + " |" in table and "after 4 steps" in table
+    assert sorted(p.name for p in (tmp_path / "0").iterdir()) == ["probe.md", "probe.png"]
+    assert not hasattr(model.config, "vocabshift")  # the model passed in is untouched
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+
+
+def test_probe_without_matplotlib_fails_before_training(tokenizers_en, tokenizers_ru, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    with pytest.raises(ImportError, match=r"pip install 'vocabshift\[plot\]'"):
+        vocabshift.probe(model, tokenizers_ru["sentencepiece"], ["x"], ["y"], methods=["mean"], output_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    new = tokenizers_ru["sentencepiece"]
+    with pytest.raises(UnknownMethodError, match="Unknown method 'nope'. Available: .*subword"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["nope"], source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match=r"method_options names \['mean'\]"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], method_options={"mean": {}},
+                         source_tokenizer=source)
+    with pytest.raises(MethodOptionError, match="input_weighting"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random", "subword"],
+                         method_options={"subword": {"input_weighting": "nope"}}, source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match="rows='old' is invalid"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], rows="old", source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match="steps=0 is invalid"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], steps=0, source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match="fewer than one block of context_length=128"):
+        vocabshift.probe(model, new, ["мало"], ru_held[:2], methods=["random"], source_tokenizer=source)
