@@ -7,7 +7,8 @@ import torch
 
 from vocabshift.methods import neighbors
 from vocabshift.methods.neighbors import SparseWeights, normalize, sparsemax, sparsemax_neighbors, topk_neighbors
-from vocabshift.methods.salt import _cap, _least_squares
+from vocabshift.methods import salt
+from vocabshift.methods.salt import _least_squares
 from vocabshift.methods.wordmatch import factorize
 
 
@@ -54,17 +55,27 @@ def test_topk_neighbors_and_weighted_rows_equal_dense(monkeypatch):
     torch.testing.assert_close(weights.apply(matrix, key_rows), _dense(weights, 300).float() @ matrix[key_rows])
 
 
-def test_cap_keeps_the_largest_weights_per_row():
-    weights = SparseWeights(torch.tensor([0, 0, 0, 1, 1]), torch.tensor([4, 5, 6, 7, 8]),
-                            torch.tensor([0.2, 0.5, 0.3, 0.9, 0.1], dtype=torch.float64), 2)
-    capped, count = _cap(weights, 2)
-    assert count == 1
-    assert sorted(zip(capped.rows.tolist(), capped.cols.tolist())) == [(0, 5), (0, 6), (1, 7), (1, 8)]
+@pytest.mark.parametrize("cap", [5, 70])
+def test_sparsemax_neighbors_cap_keeps_the_most_similar_keys_of_the_support(monkeypatch, cap):
+    monkeypatch.setattr(neighbors, "_BLOCK_ELEMENTS", 3000)
+    generator = torch.Generator().manual_seed(4)
+    queries, keys = torch.randn(60, 8, generator=generator), torch.randn(400, 8, generator=generator)
+    weights = sparsemax_neighbors(queries, keys, temperature=20.0, max_support=cap)
+    scores = normalize(queries.double()) @ normalize(keys.double()).T / 20.0
+    support = (_reference_sparsemax(scores) > 0).sum(dim=1)
+    assert weights.capped == int((support > cap).sum()) > 0
+    for row in range(len(queries)):
+        kept = set(weights.cols[weights.rows == row].tolist())
+        assert kept == set(scores[row].topk(int(min(support[row], cap))).indices.tolist())
 
 
+@pytest.mark.parametrize("gram", ["gathered", "per token"])
 @pytest.mark.parametrize("ridge", [0.0, 0.1])
-def test_salt_least_squares_is_e_times_the_pseudo_inverse(ridge):
-    """Per token: c = e A⁺ (ridge: c = e Aᵀ (A Aᵀ + λ I)⁻¹), including rank-deficient supports."""
+def test_salt_least_squares_is_e_times_the_pseudo_inverse(monkeypatch, ridge, gram):
+    """Per token: c = e A⁺ (ridge: c = e Aᵀ (A Aᵀ + λ I)⁻¹), including rank-deficient supports; A Aᵀ gathered from
+    the anchors' Gram matrix or, when that would be too large, multiplied out per token."""
+    if gram == "per token":
+        monkeypatch.setattr(salt, "_GRAM_ELEMENTS", 0)
     generator = torch.Generator().manual_seed(2)
     anchors, targets = torch.randn(40, 6, generator=generator), torch.randn(3, 6, generator=generator)
     anchors[7] = anchors[3] * 2  # collinear anchors: token 1's A has rank < k

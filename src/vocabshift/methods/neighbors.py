@@ -21,12 +21,14 @@ _START_CANDIDATES = 64
 
 @dataclass(frozen=True)
 class SparseWeights:
-    """Row i of a sparse `(count, n_keys)` weight matrix: `values[rows == i]` at key indices `cols[rows == i]`."""
+    """Row i of a sparse `(count, n_keys)` weight matrix: `values[rows == i]` at key indices `cols[rows == i]`;
+    `capped` counts the rows cut to `max_support` by `sparsemax_neighbors`."""
 
     rows: torch.Tensor
     cols: torch.Tensor
     values: torch.Tensor
     count: int
+    capped: int = 0
 
     def support_sizes(self) -> torch.Tensor:
         return torch.bincount(self.rows, minlength=self.count)
@@ -68,18 +70,26 @@ def _blocks(count: int, keys: int, desc: str) -> Sequence[tuple[int, int]]:
 
 
 def sparsemax_neighbors(
-    queries: torch.Tensor, keys: torch.Tensor, *, temperature: float = 1.0, desc: str = "Sparsemax neighbours"
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    max_support: int | None = None,
+    desc: str = "Sparsemax neighbours",
 ) -> SparseWeights:
     """Sparsemax over the cosine similarities (divided by `temperature`) of each query to all keys.
 
     Equal to the dense float64 computation while holding one block of similarities at a time: candidates are
     ranked in float32, their similarities recomputed in float64, and the candidate count doubles for rows whose
-    support reaches (or comes within rounding of) the last candidate.
+    support reaches (or comes within rounding of) the last candidate. With `max_support`, a row whose support is
+    larger keeps its `max_support` most similar keys (exactly those of the dense computation; their values are then
+    sparsemax over the candidates, not over all keys) and is counted in `capped`.
     """
     fast_queries, fast_keys = normalize(queries), normalize(keys)
     exact_queries, exact_keys = normalize(queries.double()), normalize(keys.double())
     margin = 1e-5 / temperature  # far above float32 rounding of a cosine
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    capped = 0
     for start, stop in _blocks(len(queries), len(keys), desc):
         scores = fast_queries[start:stop] @ fast_keys.T
         pending, candidates = torch.arange(start, stop), min(_START_CANDIDATES, len(keys))
@@ -90,6 +100,9 @@ def sparsemax_neighbors(
             index = index.gather(1, order)
             size, tau = _support(exact)
             done = ((size < candidates) & (exact[:, -1] < tau - margin)) | (candidates == len(keys))
+            cut = _over_cap(exact, size, max_support, margin, done)
+            if cut.any():
+                done, size, capped = done | cut, torch.where(cut, max_support, size), capped + int(cut.sum())
             keep = torch.arange(candidates)[None, :] < size[done, None]
             rows = pending[done][:, None].expand_as(keep)
             parts.append((rows[keep], index[done][keep], (exact[done] - tau[done, None])[keep]))
@@ -98,7 +111,16 @@ def sparsemax_neighbors(
         empty = torch.zeros(0, dtype=torch.long)
         return SparseWeights(empty, empty, torch.zeros(0, dtype=torch.float64), len(queries))
     rows, cols, values = (torch.cat(part) for part in zip(*parts))
-    return SparseWeights(rows, cols, values, len(queries))
+    return SparseWeights(rows, cols, values, len(queries), capped)
+
+
+def _over_cap(exact: torch.Tensor, size: torch.Tensor, cap: int | None, margin: float, known: torch.Tensor
+              ) -> torch.Tensor:
+    """Rows whose support exceeds `cap`: the sparsemax condition holds at rank cap + 1 (it depends on the top cap + 1
+    only) among candidates whose first cap + 1 are the true top (`known` rows, or clearly above the last candidate)."""
+    if cap is None or exact.shape[1] <= cap:
+        return torch.zeros(len(exact), dtype=torch.bool)
+    return (size > cap) & ((exact[:, cap] > exact[:, -1] + margin) | known)
 
 
 def _exact_scores(queries: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ from .neighbors import SparseWeights, sparsemax_neighbors, summarize
 
 __all__ = ["SaltConfig", "init_salt"]
 
+_GRAM_ELEMENTS = 1 << 25  # anchor Gram matrix held at once (256 MB of float64, ~5.8k anchors)
 _CHUNK_ELEMENTS = 1 << 22  # anchor helper-rows gathered at once (32 MB of float64)
 
 
@@ -98,8 +99,7 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
     usable = anchor_helper >= 0
     solvable = space.new_found & (new_helper >= 0)
     weights = sparsemax_neighbors(space.new_vectors[solvable], space.anchor_vectors[usable],
-                                  temperature=config.temperature, desc="SALT anchors")
-    weights, capped = _cap(weights, config.max_anchors)
+                                  temperature=config.temperature, max_support=config.max_anchors, desc="SALT anchors")
     coefficients, stats = _least_squares(weights, helper[anchor_helper[usable]], helper[new_helper[solvable]],
                                          config.ridge)
     matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
@@ -118,7 +118,7 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
         "helper_rows": helper.shape[0],
         "helper_hidden": helper.shape[1],
         "support_size": summarize(weights.support_sizes().float()),
-        "support_capped": capped,
+        "support_capped": weights.capped,
         "relative_residual": summarize(stats["residual"]),
         "condition_number": summarize(stats["condition"]),
         "rank_deficient": int((stats["rank"] < weights.support_sizes()).sum()),
@@ -138,21 +138,6 @@ def _helper_ids(context: InitContext, anchor_target_ids: torch.Tensor) -> tuple[
     return torch.tensor(new, dtype=torch.long), torch.tensor(anchors, dtype=torch.long)
 
 
-def _cap(weights: SparseWeights, limit: int | None) -> tuple[SparseWeights, int]:
-    """Keep each row's `limit` largest weights; also returns how many rows were cut."""
-    sizes = weights.support_sizes()
-    if limit is None or not (sizes > limit).any():
-        return weights, 0
-    order = torch.argsort(weights.values, descending=True, stable=True)
-    order = order[torch.argsort(weights.rows[order], stable=True)]  # by row, largest weight first
-    starts = torch.cumsum(sizes, 0) - sizes
-    rank = torch.arange(len(order)) - starts[weights.rows[order]]
-    keep = order[rank < limit]
-    return SparseWeights(weights.rows[keep], weights.cols[keep], weights.values[keep], weights.count), int(
-        (sizes > limit).sum()
-    )
-
-
 def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch.Tensor, ridge: float
                    ) -> tuple[SparseWeights, dict[str, torch.Tensor]]:
     """For each query i with support S_i: c_i = e_i A⁺ with A = anchors[S_i], e_i = targets[i], in float64.
@@ -168,6 +153,7 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
     stats = {name: torch.zeros(weights.count, dtype=torch.float64) for name in ("residual", "condition", "rank")}
     by_size = torch.argsort(sizes, stable=True)
     chunks = _chunks(sizes[by_size], anchors.shape[1])
+    gram = _anchor_gram(anchors, cols)
     for tokens in tqdm([by_size[a:b] for a, b in chunks], desc="SALT least squares", leave=False):
         width = int(sizes[tokens].max())
         slot = starts[tokens][:, None] + torch.arange(width)
@@ -175,11 +161,32 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
         slot = torch.where(valid, slot, 0)
         a = anchors[cols[slot]].double() * valid[..., None]
         e = targets[tokens].double()
-        c, residual, condition, rank = _solve(a, e, ridge)
+        block = None if gram is None else _gather_gram(gram, cols[slot], valid)
+        c, residual, condition, rank = _solve(a, e, ridge, block)
         values[slot[valid]] = c[valid]
         for name, value in (("residual", residual), ("condition", condition), ("rank", rank)):
             stats[name][tokens] = value.double()
     return SparseWeights(rows, cols, values, weights.count), stats
+
+
+def _anchor_gram(anchors: torch.Tensor, used: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(positions, Gram matrix in float64) of the anchors some token uses, when it fits in `_GRAM_ELEMENTS`: each
+    token's A Aᵀ is then gathered from it instead of multiplied out (k² h per token); else None."""
+    present = torch.unique(used)
+    if len(present) ** 2 > _GRAM_ELEMENTS:
+        return None
+    position = torch.full((len(anchors),), -1, dtype=torch.long)
+    position[present] = torch.arange(len(present))
+    rows = anchors[present].double()
+    return position, rows @ rows.T
+
+
+def _gather_gram(gram: tuple[torch.Tensor, torch.Tensor], index: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The padded (B, k, k) blocks A Aᵀ of the anchors `index` (B, k), zero outside `valid`."""
+    position, matrix = gram
+    at = position[index]
+    mask = valid[:, :, None] & valid[:, None, :]
+    return matrix[at[:, :, None], at[:, None, :]] * mask
 
 
 def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
@@ -192,13 +199,14 @@ def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def _solve(a: torch.Tensor, e: torch.Tensor, ridge: float) -> tuple[torch.Tensor, ...]:
-    """c = e A⁺ (or the ridge solution) for a batch of padded `a` (B, k, h) and `e` (B, h).
+def _solve(a: torch.Tensor, e: torch.Tensor, ridge: float, gram: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, ...]:
+    """c = e A⁺ (or the ridge solution) for a batch of padded `a` (B, k, h) and `e` (B, h); `gram` is A Aᵀ if known.
 
     Without ridge, through the eigen-decomposition of A Aᵀ (pseudo-inverse); with ridge, by Cholesky on
     A Aᵀ + λ I (which is positive definite), the eigenvalues being needed only for rank and condition number.
     """
-    gram = a @ a.transpose(1, 2)
+    gram = a @ a.transpose(1, 2) if gram is None else gram
     projected = torch.einsum("bkh,bh->bk", a, e)
     if ridge > 0:
         eigenvalues = torch.linalg.eigvalsh(gram)
