@@ -19,7 +19,7 @@ import torch
 from ..errors import MethodOptionError, WordVectorsError
 from ..registry import register_method
 from ..wordvectors import WordVectors
-from .base import InitContext, InitResult, per_dimension_normal
+from .base import InitContext, InitResult, median_norm, per_dimension_normal
 from .hypernet import Encoder, predict, train_hypernetwork
 from .neighbors import summarize
 from .wordmatch import Factorization, WordSets, factorize, match_words, multilingual_vectors
@@ -121,14 +121,20 @@ def _words(sets: WordSets, token: int, limit: int) -> torch.Tensor:
 
 def _rows(context: InitContext, factors: list[Factorization], predicted: torch.Tensor, covered: torch.Tensor
           ) -> list[torch.Tensor]:
-    """Predicted (or, for uncovered tokens, random) coordinates times the primitives, per matrix."""
+    """Predicted (or, for uncovered tokens, random) coordinates times the primitives, per matrix; predicted rows
+    rescaled to the median norm of the old rows (the contrastive loss is blind to scale: on the tiny test models
+    unscaled predictions came out at 0.03-0.15 of that norm, failing the contract's norm check)."""
+    matrices = [m for m in (context.source_input, context.source_output) if m is not None]
     rows, start = [], 0
     for offset, factor in enumerate(factors):
         rank = factor.coordinates.shape[1]
         coordinates = torch.empty(context.num_new, rank)
         coordinates[covered] = predicted[:, start : start + rank]
         coordinates[~covered] = per_dimension_normal(factor.coordinates, int((~covered).sum()), context.generator(offset))
-        rows.append(coordinates @ factor.primitives)
+        out = coordinates @ factor.primitives
+        scale = median_norm(matrices[offset]) / out[covered].norm(dim=1, keepdim=True).clamp_min(1e-12)
+        out[covered] = out[covered] * scale
+        rows.append(out)
         start += rank
     return rows
 
