@@ -30,7 +30,6 @@ from .neighbors import SparseWeights, sparsemax_neighbors, summarize
 
 __all__ = ["SaltConfig", "init_salt"]
 
-_GRAM_ELEMENTS = 1 << 25  # anchor Gram matrix held at once (256 MB of float64, ~5.8k anchors)
 _CHUNK_ELEMENTS = 1 << 22  # anchor helper-rows gathered at once (32 MB of float64)
 
 
@@ -153,7 +152,6 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
     stats = {name: torch.zeros(weights.count, dtype=torch.float64) for name in ("residual", "condition", "rank")}
     by_size = torch.argsort(sizes, stable=True)
     chunks = _chunks(sizes[by_size], anchors.shape[1])
-    gram = _anchor_gram(anchors, cols)
     for tokens in tqdm([by_size[a:b] for a, b in chunks], desc="SALT least squares", leave=False):
         width = int(sizes[tokens].max())
         slot = starts[tokens][:, None] + torch.arange(width)
@@ -161,32 +159,11 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
         slot = torch.where(valid, slot, 0)
         a = anchors[cols[slot]].double() * valid[..., None]
         e = targets[tokens].double()
-        block = None if gram is None else _gather_gram(gram, cols[slot], valid)
-        c, residual, condition, rank = _solve(a, e, ridge, block)
+        c, residual, condition, rank = _solve(a, e, ridge)
         values[slot[valid]] = c[valid]
         for name, value in (("residual", residual), ("condition", condition), ("rank", rank)):
             stats[name][tokens] = value.double()
     return SparseWeights(rows, cols, values, weights.count), stats
-
-
-def _anchor_gram(anchors: torch.Tensor, used: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(positions, Gram matrix in float64) of the anchors some token uses, when it fits in `_GRAM_ELEMENTS`: each
-    token's A Aᵀ is then gathered from it instead of multiplied out (k² h per token); else None."""
-    present = torch.unique(used)
-    if len(present) ** 2 > _GRAM_ELEMENTS:
-        return None
-    position = torch.full((len(anchors),), -1, dtype=torch.long)
-    position[present] = torch.arange(len(present))
-    rows = anchors[present].double()
-    return position, rows @ rows.T
-
-
-def _gather_gram(gram: tuple[torch.Tensor, torch.Tensor], index: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """The padded (B, k, k) blocks A Aᵀ of the anchors `index` (B, k), zero outside `valid`."""
-    position, matrix = gram
-    at = position[index]
-    mask = valid[:, :, None] & valid[:, None, :]
-    return matrix[at[:, :, None], at[:, None, :]] * mask
 
 
 def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
@@ -199,14 +176,13 @@ def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def _solve(a: torch.Tensor, e: torch.Tensor, ridge: float, gram: torch.Tensor | None = None
-           ) -> tuple[torch.Tensor, ...]:
-    """c = e A⁺ (or the ridge solution) for a batch of padded `a` (B, k, h) and `e` (B, h); `gram` is A Aᵀ if known.
+def _solve(a: torch.Tensor, e: torch.Tensor, ridge: float) -> tuple[torch.Tensor, ...]:
+    """c = e A⁺ (or the ridge solution) for a batch of padded `a` (B, k, h) and `e` (B, h).
 
     Without ridge, through the eigen-decomposition of A Aᵀ (pseudo-inverse); with ridge, by Cholesky on
     A Aᵀ + λ I (which is positive definite), the eigenvalues being needed only for rank and condition number.
     """
-    gram = a @ a.transpose(1, 2) if gram is None else gram
+    gram = a @ a.transpose(1, 2)
     projected = torch.einsum("bkh,bh->bk", a, e)
     if ridge > 0:
         eigenvalues = torch.linalg.eigvalsh(gram)
