@@ -31,3 +31,5 @@ bench: setup
 	$(PY) benchmarks/bench_probe.py
 	$(PY) benchmarks/bench_lep_smollm2.py
 	$(PY) benchmarks/bench_lep_stream.py
+	$(PY) benchmarks/bench_wordvec_init.py
+	$(PY) benchmarks/bench_wordvec_7b.py

@@ -47,6 +47,17 @@ def measure(method: str, mode: str) -> dict:
     return {"seconds": seconds, "peak_mb": _peak_rss_mb() - before, "rows": model.config.vocab_size}
 
 
+def _runs_without_options(name: str) -> bool:
+    from vocabshift.errors import MethodOptionError
+    from vocabshift.registry import build_config
+
+    try:
+        build_config(vocabshift.get_method(name), {})
+    except MethodOptionError:
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", default="extend", choices=["extend", "replace"])
@@ -56,7 +67,8 @@ def main() -> None:
         print(json.dumps(measure(args.child, args.mode)))
         return
     embedding_mb = 49152 * 576 * 4 / 2**20
-    names = ["transformers"] + vocabshift.list_methods()
+    # methods that need inputs of their own (word vectors, a helper model) have their benchmarks: bench_wordvec_*.py
+    names = ["transformers"] + [name for name in vocabshift.list_methods() if _runs_without_options(name)]
     results = {}
     for name in names:
         command = [sys.executable, __file__, "--child", name, "--mode", args.mode]

@@ -198,3 +198,50 @@ def loopback_hub():
 
     with LoopbackHub() as hub:
         yield hub
+
+
+# Word-vector methods (focus, salt, ofa, hyperofa): tiny real fastText models and helper models, once per session.
+
+
+@pytest.fixture(scope="session")
+def fasttext_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fasttext")
+
+
+@pytest.fixture(scope="session")
+def token_vectors_ru(tokenizers_ru, ru_lines, fasttext_cache):
+    """Token-level fastText (dim 16) on the Russian lines cut by each family's new tokenizer."""
+    from vocabshift import train_word_vectors
+
+    return {family: train_word_vectors(ru_lines, tokenizer=tokenizer, dim=16, min_count=3, cache_dir=fasttext_cache)
+            for family, tokenizer in tokenizers_ru.items()}
+
+
+@pytest.fixture(scope="session")
+def multilingual_vectors(en_lines, ru_lines, fasttext_cache):
+    """Word-level fastText (dim 16) on English and Russian lines: one space for the words of both."""
+    from vocabshift import train_word_vectors
+
+    return train_word_vectors(en_lines + ru_lines, dim=16, min_count=3, cache_dir=fasttext_cache)
+
+
+@pytest.fixture(scope="session")
+def method_options(tokenizers_ru, token_vectors_ru, multilingual_vectors):
+    """`method_options(method, family)`: the tiny options a method needs on that family's tokenizers ({} if none)."""
+    helpers = {}
+
+    def options(method: str, family: str) -> dict:
+        if method == "focus":
+            return {"word_vectors": token_vectors_ru[family]}
+        if method == "salt":
+            if family not in helpers:  # a helper model on the new tokenizer, as SALT's target-language PLM
+                helpers[family] = make_model("qwen2-tied", tokenizers_ru[family])
+            return {"word_vectors": token_vectors_ru[family], "helper_model": helpers[family]}
+        if method == "ofa":
+            return {"word_vectors": multilingual_vectors}
+        if method == "hyperofa":
+            return {"word_vectors": multilingual_vectors, "rank": 16, "hidden_size": 8, "max_words": 4,
+                    "max_epochs": 2}
+        return {}
+
+    return options

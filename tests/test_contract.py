@@ -23,15 +23,16 @@ def _scramble_global_rngs(seed: int) -> None:
     torch.randn(17)
 
 
-def _extend(architecture, tokenizers_en, tokenizers_ru, method, mode, seed=0):
+def _extend(architecture, tokenizers_en, tokenizers_ru, method, mode, seed=0, options=None):
     family = ARCHITECTURES[architecture][0]
     source, new = tokenizers_en[family], tokenizers_ru[family]
+    options = options(method, family) if options else {}
     model = make_model(architecture, source)
     before = {"input": model.get_input_embeddings().weight.detach().clone()}
     head = model.get_output_embeddings()
     if head is not None and head.weight is not model.get_input_embeddings().weight:
         before["output"] = head.weight.detach().clone()
-    tokenizer = model.extend_vocabulary(new, method=method, mode=mode, source_tokenizer=source, seed=seed)
+    tokenizer = model.extend_vocabulary(new, method=method, mode=mode, source_tokenizer=source, seed=seed, **options)
     return model, tokenizer, source, before
 
 
@@ -46,8 +47,9 @@ def _after(model):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("architecture", CONTRACT_ARCHITECTURES)
 @pytest.mark.parametrize("method", vocabshift.list_methods())
-def test_method_contract(tokenizers_en, tokenizers_ru, method, architecture, mode):
-    model, tokenizer, source, before = _extend(architecture, tokenizers_en, tokenizers_ru, method, mode)
+def test_method_contract(tokenizers_en, tokenizers_ru, method_options, method, architecture, mode):
+    model, tokenizer, source, before = _extend(architecture, tokenizers_en, tokenizers_ru, method, mode,
+                                               options=method_options)
     after = _after(model)
     record = vocabshift.get_record(model)
     new_ids = torch.tensor(record.new_ids)
@@ -70,11 +72,12 @@ def test_method_contract(tokenizers_en, tokenizers_ru, method, architecture, mod
 
 @pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied"])
 @pytest.mark.parametrize("method", vocabshift.list_methods())
-def test_method_is_deterministic_under_global_rng_noise(tokenizers_en, tokenizers_ru, method, architecture):
+def test_method_is_deterministic_under_global_rng_noise(tokenizers_en, tokenizers_ru, method_options, method,
+                                                        architecture):
     _scramble_global_rngs(1)
-    first = _after(_extend(architecture, tokenizers_en, tokenizers_ru, method, "extend", seed=7)[0])
+    first = _after(_extend(architecture, tokenizers_en, tokenizers_ru, method, "extend", 7, method_options)[0])
     _scramble_global_rngs(2)
-    second = _after(_extend(architecture, tokenizers_en, tokenizers_ru, method, "extend", seed=7)[0])
+    second = _after(_extend(architecture, tokenizers_en, tokenizers_ru, method, "extend", 7, method_options)[0])
     for side in first:
         assert torch.equal(first[side], second[side])
 

@@ -21,6 +21,7 @@ from .registry import get_method, list_methods, register_method
 from .save import save_pretrained_atomic
 from .training import EmbeddingOnlyCallback, Evaluation, ProbeResult, SecondStage, evaluate, probe
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
+from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
 __all__ = [
     "EmbeddingOnlyCallback",
@@ -32,6 +33,7 @@ __all__ = [
     "ProbeResult",
     "SecondStage",
     "VocabShiftError",
+    "WordVectors",
     "__version__",
     "align",
     "evaluate",
@@ -40,6 +42,7 @@ __all__ = [
     "get_record",
     "inspect_folder",
     "list_methods",
+    "load_word_vectors",
     "merge_tokenizers",
     "methods",
     "model_card",
@@ -50,6 +53,7 @@ __all__ = [
     "save_pretrained_atomic",
     "tokens_per_word",
     "train_tokenizer",
+    "train_word_vectors",
 ]
 
 

@@ -7,6 +7,8 @@ Each error subclasses `VocabShiftError` and the built-in exception it refines, s
 from __future__ import annotations
 
 __all__ = [
+    "CorpusError",
+    "HelperModelError",
     "IncompatibleTokenizerError",
     "InvalidArgumentError",
     "InvalidTokenizerError",
@@ -27,6 +29,8 @@ __all__ = [
     "UnsupportedModelError",
     "UnsupportedTokenizerError",
     "VocabShiftError",
+    "WordVectorsError",
+    "WordVectorsNotFoundError",
 ]
 
 
@@ -108,3 +112,19 @@ class ShardError(VocabShiftError, OSError):
 
 class OutputExistsError(VocabShiftError, FileExistsError):
     """An output folder that must be new or empty already holds files."""
+
+
+class CorpusError(VocabShiftError, ValueError):
+    """A text corpus is empty, of the wrong type, or not UTF-8 text."""
+
+
+class WordVectorsError(VocabShiftError, ValueError):
+    """Word vectors cannot be read, have inconsistent dimensions, or cover none of the tokens."""
+
+
+class WordVectorsNotFoundError(WordVectorsError, FileNotFoundError):
+    """A word-vector file does not exist."""
+
+
+class HelperModelError(VocabShiftError, ValueError):
+    """A helper model has no input embeddings or its vocabulary does not match the new tokenizer."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 import torch
@@ -97,7 +98,7 @@ def extend_vocabulary(
             f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): pass a "
             "tokenizer trained on target-language text."
         )
-    context = _context(embeddings, alignment, source, target, seed)
+    context = _context(embeddings, alignment, source, target, seed, new)
     result = spec.function(context, config)
     _check_result(result, context, method)
     rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
@@ -150,12 +151,13 @@ def _check_belongs(model: Any, source: Any, embeddings: Embeddings) -> None:
             )
 
 
-def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int) -> InitContext:
+def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,
+             new: Any) -> InitContext:
     count = len(alignment.source_forms)
     source_input = embeddings.input.weight.detach()[:count].float()
     output = embeddings.output
     source_output = None if output is None else output.weight.detach()[:count].float()
-    return InitContext(source_input, source_output, alignment, source, target, seed, embeddings.tied)
+    return InitContext(source_input, source_output, alignment, source, target, seed, embeddings.tied, new)
 
 
 def _check_result(result: Any, context: InitContext, method: str) -> None:
@@ -197,11 +199,27 @@ def _record(model: Any, method: str, mode: str, seed: int, config: Any, embeddin
             "ids": pack_ids(i for d in alignment.decompositions for i in d),
         },
         shared="" if mode == "extend" else pack_ids(i for pair in alignment.shared for i in pair),
-        method_config=dataclasses.asdict(config),
+        method_config=_config_summary(config),
         diagnostics=result.diagnostics,
         tokenizer_report=report.to_dict() if report else {},
         vocabshift_version=__version__,
     )
+
+
+def _config_summary(config: Any) -> dict[str, Any]:
+    """The method's options as JSON: objects (a helper model, word vectors, a list of lines) by a short label."""
+    summary = {}
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if value is None or isinstance(value, (str, int, float, bool)):
+            summary[item.name] = value
+        elif isinstance(value, os.PathLike):
+            summary[item.name] = os.fspath(value)
+        else:
+            label = getattr(value, "name_or_path", None) or getattr(value, "source", None)
+            size = f"{len(value)} items" if isinstance(value, (list, tuple)) else None
+            summary[item.name] = f"<{type(value).__name__}{': ' + str(label or size) if label or size else ''}>"
+    return summary
 
 
 def _id_map(alignment: Alignment) -> dict[int, int]:

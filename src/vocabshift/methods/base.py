@@ -34,6 +34,9 @@ class InitContext:
         target_tokenizer: the tokenizer the model will use (merged in extend mode, replaced in replace mode).
         seed (`int`): seed for every random draw, through `generator()`.
         tied (`bool`): the input rows also serve as the output head (tied embeddings).
+        new_tokenizer: the target-language tokenizer as the user gave it (before merging in extend mode), whose
+            ids index a helper model's rows and whose tokens cut a corpus for token-level word vectors; None when
+            not known, then `target_tokenizer` stands in.
     """
 
     source_input: torch.Tensor
@@ -43,6 +46,7 @@ class InitContext:
     target_tokenizer: Any
     seed: int
     tied: bool = False
+    new_tokenizer: Any = None
 
     @property
     def new_forms(self) -> list[TokenForm]:

@@ -1,0 +1,133 @@
+"""`focus` against the reference FOCUS implementation (the `deepfocus` package) on SmolLM2-135M-Instruct with the 16k
+Russian tokenizer, both given the same already-trained token-level fastText model: initialization time and rows.
+
+    pip install --no-deps deepfocus==1.0.1 entmax==1.3 fastdist==1.1.7 print-on-steroids==1.2.3
+    pip install numba scipy datasets
+    python benchmarks/bench_focus_vs_deepfocus.py
+
+fastText training is timed separately (a fresh training into a temporary folder, the same settings as the cached
+model both methods use). vocabshift is timed end to end (`model.extend_vocabulary(..., method="focus",
+word_vectors=path)`: alignment, FOCUS, writing the rows); deepfocus's `FOCUS(...)` is timed on its first call in the
+process (numba compiles then) and on a second call. Rows: per-row cosine of the rows both combine (tokens with a
+fastText vector), out of the box and with deepfocus given our shared pairs (its decoded-string canonicalization maps
+partial UTF-8 tokens to U+FFFD, so it copies some rows from unrelated tokens; and it uses fastText's line-end word
+"</s>" as the vector of the EOS token "</s>" where the tokenizer has one, which the same-overlap run turns off). Results:
+benchmarks/results/focus_vs_deepfocus.md.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+import vocabshift
+import wordvec_common as common
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _deepfocus(tokenizer, source, matrix, path, shared=None, extend_tokenizer=None):
+    """deepfocus's FOCUS; with `shared`, its overlap is our shared pairs (same tokens copied from the same rows)."""
+    import deepfocus.focus as reference
+    from deepfocus.vocab_helper import NewToken, TokenClass
+
+    original = reference.get_overlapping_tokens
+
+    def same_overlap(**kwargs):
+        overlap, new = original(**kwargs)
+        for key, info in list(overlap.items()):
+            if info.target.id not in shared:
+                new[key] = NewToken(target=info.target)
+                del overlap[key]
+            elif info.source[0].id != shared[info.target.id]:
+                index = shared[info.target.id]
+                info.source = [TokenClass(source.convert_ids_to_tokens(index), index, "", "", "", "", False)]
+        return overlap, new
+
+    rare = reference.is_very_rare_token
+
+    def not_line_end(token, model):  # fastText's line-end word "</s>" is no token vector (it matches EOS by name)
+        return token == "</s>" or rare(token, model)
+
+    reference.get_overlapping_tokens = same_overlap if shared is not None else original
+    reference.is_very_rare_token = not_line_end if shared is not None else rare
+    try:
+        started = time.perf_counter()
+        rows = reference.FOCUS(target_tokenizer=tokenizer, source_tokenizer=source, source_embeddings=matrix,
+                               fasttext_model_path=path, extend_tokenizer=extend_tokenizer, verbosity="silent")
+        return rows, time.perf_counter() - started
+    finally:
+        reference.get_overlapping_tokens, reference.is_very_rare_token = original, rare
+
+
+def _cosines(ours: torch.Tensor, theirs: torch.Tensor) -> dict:
+    cosine = torch.cosine_similarity(ours, theirs, dim=1)
+    return {"rows": len(cosine), "above_0.999": int((cosine > 0.999).sum()), "min": round(float(cosine.min()), 6)}
+
+
+def run_mode(mode: str, source, new, vectors) -> dict:
+    model = AutoModelForCausalLM.from_pretrained(common.SMOLLM2).eval()
+    matrix = model.get_input_embeddings().weight.detach().clone()
+    started = time.perf_counter()
+    tokenizer = model.extend_vocabulary(new, method="focus", mode=mode, source_tokenizer=source,
+                                        word_vectors=vectors.source)
+    ours_seconds = time.perf_counter() - started
+    record = vocabshift.get_record(model)
+    words = set(vectors.words)
+    compared = torch.tensor([i for i in record.new_ids if tokenizer.convert_ids_to_tokens(i) in words])
+    ours = model.get_input_embeddings().weight.detach()[compared]
+    extend_tokenizer = new if mode == "extend" else None
+    first, first_seconds = _deepfocus(tokenizer, source, matrix, vectors.source, extend_tokenizer=extend_tokenizer)
+    _, second_seconds = _deepfocus(tokenizer, source, matrix, vectors.source, extend_tokenizer=extend_tokenizer)
+    aligned, _ = _deepfocus(tokenizer, source, matrix, vectors.source, dict(record.shared_pairs()), extend_tokenizer)
+    return {
+        "mode": mode,
+        "vocabshift_seconds": round(ours_seconds, 2),
+        "deepfocus_first_call_seconds": round(first_seconds, 2),
+        "deepfocus_second_call_seconds": round(second_seconds, 2),
+        "rows_out_of_the_box": _cosines(ours, first[compared]),
+        "rows_same_overlap": _cosines(ours, aligned[compared]),
+    }
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    train, _ = common.russian_split()
+    source, new = common.source_tokenizer(), common.russian_tokenizer(train)
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        vocabshift.train_word_vectors(train, tokenizer=new, cache_dir=folder)
+        training_seconds = time.perf_counter() - started
+    vectors = common.token_vectors(train, new)
+    results = {"fasttext_training_seconds": round(training_seconds, 1), "fasttext": vectors.source,
+               "modes": [run_mode(mode, source, new, vectors) for mode in ("replace", "extend")]}
+    lines = [
+        "FOCUS on SmolLM2-135M-Instruct + 16k Russian BPE, same token-level fastText model for both "
+        f"(its training, timed separately: {results['fasttext_training_seconds']} s, one thread).",
+        "",
+        "| mode | vocabshift s | deepfocus s (1st call / 2nd call) | speed-up (1st / 2nd) | rows > 0.999 cosine, "
+        "out of the box | same overlap |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results["modes"]:
+        ours, first, second = r["vocabshift_seconds"], r["deepfocus_first_call_seconds"], r["deepfocus_second_call_seconds"]
+        box, same = r["rows_out_of_the_box"], r["rows_same_overlap"]
+        lines.append(
+            f"| {r['mode']} | {ours} | {first} / {second} | {first / ours:.1f}x / {second / ours:.1f}x | "
+            f"{box['above_0.999']}/{box['rows']} (min {box['min']}) | {same['above_0.999']}/{same['rows']} "
+            f"(min {same['min']}) |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "focus_vs_deepfocus.md").write_text(text, encoding="utf-8")
+    (RESULTS / "focus_vs_deepfocus.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

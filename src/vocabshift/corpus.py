@@ -1,0 +1,68 @@
+"""Text corpora given to vocabshift: a UTF-8 file (one document per line) or a list of strings, checked once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import CorpusError
+
+__all__ = ["corpus_fingerprint", "documents"]
+
+
+def documents(corpus: Any) -> Iterator[str]:
+    """The corpus's documents (lines of a file, or items of a list), checked to be text."""
+    if isinstance(corpus, (str, os.PathLike)):
+        yield from _file_lines(Path(corpus))
+    elif isinstance(corpus, Sequence) and not isinstance(corpus, (bytes, bytearray)):
+        for number, item in enumerate(corpus, 1):
+            if not isinstance(item, str):
+                raise CorpusError(
+                    f"corpus item {number} is a {type(item).__name__}, not str: decode bytes first, e.g. "
+                    "item.decode('utf-8') (or the encoding the text was written in)."
+                )
+            yield item
+    else:
+        raise CorpusError(
+            f"corpus is a {type(corpus).__name__}: pass the path of a UTF-8 text file (one document per line) "
+            "or a list of strings."
+        )
+
+
+def _file_lines(path: Path) -> Iterator[str]:
+    if not path.is_file():
+        raise CorpusError(f"corpus={str(path)!r} is not a file: pass the path of a UTF-8 text file or a list of strings.")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise CorpusError(
+                    f"corpus={str(path)!r} is not UTF-8 text: line {number} has byte 0x{raw[error.start]:02x} at "
+                    f"byte {error.start + 1}. Convert it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
+                ) from None
+            if "\x00" in line:
+                raise CorpusError(
+                    f"corpus={str(path)!r} line {number} holds NUL characters (UTF-16 text?): convert it to UTF-8, "
+                    "e.g. `iconv -f utf-16 -t utf-8 in.txt > out.txt`."
+                )
+            yield line.rstrip("\r\n")
+
+
+def corpus_fingerprint(corpus: Any) -> tuple[str, int]:
+    """SHA-256 of the corpus's documents (joined by newlines) and the number of non-blank documents.
+
+    Raises:
+        `CorpusError`: if the corpus is not text, not UTF-8, or holds no text at all.
+    """
+    digest, count = hashlib.sha256(), 0
+    for document in documents(corpus):
+        digest.update(document.encode("utf-8") + b"\n")
+        count += bool(document.strip())
+    if not count:
+        name = repr(str(corpus)) if isinstance(corpus, (str, os.PathLike)) else f"a {type(corpus).__name__}"
+        raise CorpusError(f"corpus ({name}) holds no text: pass target-language text, one document per line.")
+    return digest.hexdigest(), count

@@ -1,0 +1,117 @@
+"""What FOCUS and SALT share: word vectors of the new tokens and of the anchors (shared tokens that have one).
+
+Anchors are shared tokens (same canonical form in the old and the target vocabulary) that belong to the new
+tokenizer and have a word vector; specials never do. In extend mode every old token is "shared", and FOCUS keeps
+only those in the language-specific tokenizer, which is what `new_tokenizer` is for.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import MethodOptionError, WordVectorsError
+from ..vocab.forms import backend_state, detect_family, token_forms
+from ..wordvectors import WordVectors, load_word_vectors, train_word_vectors
+from .base import InitContext
+
+__all__ = ["TokenSpace", "check_vector_options", "resolve_word_vectors", "token_space"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_vector_options(method: str, word_vectors: Any, corpus: Any) -> None:
+    """Exactly one of `word_vectors` and `corpus` must be given.
+
+    Raises:
+        `MethodOptionError`: naming both options and what they accept.
+    """
+    if (word_vectors is None) == (corpus is None):
+        given = "both" if word_vectors is not None else "neither"
+        raise MethodOptionError(
+            f"Method {method!r} needs exactly one of word_vectors=... (a fastText .bin or .vec path, or "
+            f"vocabshift.WordVectors) and corpus=... (target-language text: a UTF-8 file path or a list of strings, "
+            f"to train token-level fastText on); {given} given."
+        )
+
+
+def resolve_word_vectors(context: InitContext, word_vectors: Any, corpus: Any) -> WordVectors:
+    """The given vectors, loaded from a file, or trained (cached) on `corpus` cut by the new tokenizer."""
+    if isinstance(word_vectors, WordVectors):
+        return word_vectors
+    if word_vectors is not None:
+        return load_word_vectors(word_vectors)
+    return train_word_vectors(corpus, tokenizer=context.new_tokenizer or context.target_tokenizer)
+
+
+@dataclass(frozen=True)
+class TokenSpace:
+    """Word vectors of the new tokens and of the anchors.
+
+    Attributes:
+        new_vectors (`torch.Tensor`): `(num_new, dim)`, zero rows for tokens without a vector.
+        new_found (`torch.Tensor`): bool `(num_new,)`, True for new tokens with a vector.
+        anchor_target_ids / anchor_source_ids (`torch.Tensor`): ids of the anchors in the target and old vocabulary.
+        anchor_vectors (`torch.Tensor`): `(num_anchors, dim)`.
+        level (`str`): `"token"` or `"word"`.
+    """
+
+    new_vectors: torch.Tensor
+    new_found: torch.Tensor
+    anchor_target_ids: torch.Tensor
+    anchor_source_ids: torch.Tensor
+    anchor_vectors: torch.Tensor
+    level: str
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "word_vector_level": self.level,
+            "anchors": len(self.anchor_source_ids),
+            "new_with_vector": int(self.new_found.sum()),
+            "new_without_vector": int((~self.new_found).sum()),
+        }
+
+
+def token_space(context: InitContext, vectors: WordVectors) -> TokenSpace:
+    """Look up the new tokens and the anchor candidates in `vectors`.
+
+    Raises:
+        `WordVectorsError`: if the vectors cover none of the new tokens or none of the shared tokens.
+    """
+    alignment = context.alignment
+    family = detect_family(backend_state(context.target_tokenizer))
+    language = context.new_tokenizer
+    in_language = {form.key for form in token_forms(language)} if language is not None else None
+    forms = alignment.target_forms
+    shared = [(t, s) for t, s in alignment.shared if not forms[t].special and not forms[t].added
+              and (in_language is None or forms[t].key in in_language)]
+    new_vectors, new_found, level = vectors.token_vectors(context.new_forms, family)
+    shared_vectors, shared_found, _ = vectors.token_vectors([forms[t] for t, _ in shared], family)
+    _check_coverage(vectors, int(new_found.sum()), context.num_new, int(shared_found.sum()), len(shared))
+    pairs = torch.tensor(shared, dtype=torch.long).reshape(-1, 2)[torch.from_numpy(shared_found)]
+    return TokenSpace(
+        torch.from_numpy(new_vectors),
+        torch.from_numpy(new_found),
+        pairs[:, 0],
+        pairs[:, 1],
+        torch.from_numpy(shared_vectors[shared_found]),
+        level,
+    )
+
+
+def _check_coverage(vectors: WordVectors, new: int, num_new: int, anchors: int, num_shared: int) -> None:
+    if new and anchors:
+        if new < num_new / 2:
+            logger.warning(
+                "Word vectors %s cover only %d of %d new tokens; the others get random rows. Train them on more "
+                "target-language text or with the new tokenizer (corpus=...).", vectors.source, new, num_new
+            )
+        return
+    what = f"none of the {num_new} new tokens" if not new else f"none of the {num_shared} shared tokens"
+    raise WordVectorsError(
+        f"Word vectors {vectors!r} cover {what}: they were made for another tokenizer or language. Pass vectors "
+        "trained on target-language text cut by the new tokenizer (e.g. corpus=...), or word-level vectors."
+    )

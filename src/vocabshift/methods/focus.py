@@ -1,0 +1,78 @@
+"""`focus`: each new row is a sparsemax-weighted combination of the rows of similar shared tokens (FOCUS).
+
+Dobler & de Melo, EMNLP 2023. Similarity is the cosine of fastText vectors, by default token level (fastText
+trained on target-language text cut by the new tokenizer). New tokens without a vector (seen fewer than
+`min_count` times) get N(mean, std) rows of the old matrix, per dimension, as in FOCUS. Untied output rows get the
+same weights applied to the old output rows (FOCUS run a second time on the head gives exactly that).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import MethodOptionError
+from ..registry import register_method
+from ..wordvectors import WordVectors
+from .anchors import check_vector_options, resolve_word_vectors, token_space
+from .base import InitContext, InitResult, per_dimension_normal
+from .neighbors import sparsemax_neighbors, summarize
+
+__all__ = ["FocusConfig", "init_focus"]
+
+
+@dataclass(frozen=True)
+class FocusConfig:
+    """Options of `focus` (give exactly one of `word_vectors` and `corpus`).
+
+    Attributes:
+        word_vectors (*optional*): fastText vectors: a `.bin` / `.vec` path or a `WordVectors`, token level (trained
+            on text cut by the new tokenizer) or word level (e.g. `cc.ru.300.bin`).
+        corpus (*optional*): target-language text (a UTF-8 file path or a list of strings) to train token-level
+            fastText on with `train_word_vectors` (cached).
+        temperature (`float`, defaults to 1.0): similarities are divided by it before sparsemax. FOCUS uses none
+            (1.0); flat word-level similarities spread weight over thousands of tokens, which a smaller value
+            (e.g. 0.05) prevents.
+    """
+
+    word_vectors: str | os.PathLike | WordVectors | None = None
+    corpus: str | os.PathLike | Sequence[str] | None = None
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_vector_options("focus", self.word_vectors, self.corpus)
+        if not self.temperature > 0:
+            raise MethodOptionError(f"focus temperature={self.temperature!r} is invalid: pass a positive number.")
+
+
+@register_method(
+    "focus",
+    config_class=FocusConfig,
+    pretty_name="FOCUS",
+    paper_url="https://arxiv.org/abs/2305.14481",
+    summary="sparsemax over fastText similarity to shared tokens; weighted combination of their rows",
+)
+def init_focus(context: InitContext, config: FocusConfig) -> InitResult:
+    """Initialize new rows as FOCUS combinations of anchor rows; tokens without a vector get random rows."""
+    vectors = resolve_word_vectors(context, config.word_vectors, config.corpus)
+    space = token_space(context, vectors)
+    found = space.new_found
+    weights = sparsemax_neighbors(space.new_vectors[found], space.anchor_vectors, temperature=config.temperature,
+                                  desc="FOCUS similarities")
+    matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
+    rows = []
+    for offset, matrix in enumerate(matrices):
+        out = torch.empty(context.num_new, matrix.shape[1])
+        out[found] = weights.apply(matrix, space.anchor_source_ids)
+        out[~found] = per_dimension_normal(matrix, int((~found).sum()), context.generator(offset))
+        rows.append(out)
+    diagnostics = {
+        **space.describe(),
+        "random_fallback": int((~found).sum()),
+        "support_size": summarize(weights.support_sizes().float()),
+        "word_vectors": vectors.describe(),
+    }
+    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)

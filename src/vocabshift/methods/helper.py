@@ -1,0 +1,67 @@
+"""The helper model of `salt`: its input embedding matrix, checked against the new tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import HelperModelError
+
+__all__ = ["helper_matrix"]
+
+
+def helper_matrix(helper: Any, tokenizer: Any) -> torch.Tensor:
+    """The helper's input embeddings `(rows, hidden)`, float32, whose row i belongs to token id i of `tokenizer`.
+
+    Raises:
+        `HelperModelError`: if the helper has no input embeddings, too few rows for `tokenizer`, far more rows than
+            it (another tokenizer's model), or a saved tokenizer whose vocabulary differs from `tokenizer`'s.
+    """
+    matrix = helper if isinstance(helper, torch.Tensor) else _input_embeddings(helper)
+    if matrix.dim() != 2 or not matrix.is_floating_point():
+        raise HelperModelError(
+            f"helper_model embeddings have shape {tuple(matrix.shape)} and dtype {matrix.dtype}: pass a model with a "
+            "2-D floating-point input embedding matrix."
+        )
+    size, rows = len(tokenizer), matrix.shape[0]
+    if rows < size or rows > size + max(1024, size // 10):
+        raise HelperModelError(
+            f"helper_model has {rows} embedding rows but new_tokenizer has {size} tokens: its vocabulary does not "
+            "match. Pass a helper trained with new_tokenizer, or new_tokenizer=<the helper's tokenizer>."
+        )
+    _check_saved_vocabulary(helper, tokenizer)
+    return matrix.detach().float()
+
+
+def _input_embeddings(helper: Any) -> torch.Tensor:
+    try:
+        weight = helper.get_input_embeddings().weight
+    except (AttributeError, NotImplementedError):
+        weight = None
+    if not isinstance(weight, torch.Tensor):
+        raise HelperModelError(
+            f"helper_model is a {type(helper).__name__} without input embeddings: pass a transformers model "
+            "(e.g. AutoModel.from_pretrained(...)) or its input embedding matrix as a tensor."
+        )
+    return weight
+
+
+def _check_saved_vocabulary(helper: Any, tokenizer: Any) -> None:
+    """When the helper was loaded from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s."""
+    folder = Path(str(getattr(helper, "name_or_path", "") or ""))
+    path = folder / "tokenizer.json"
+    if not str(folder) or not path.is_file():
+        return
+    model = json.loads(path.read_text(encoding="utf-8"))["model"]
+    vocab = model["vocab"]
+    saved = {piece: i for i, (piece, _) in enumerate(vocab)} if isinstance(vocab, list) else vocab
+    expected = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False)
+    differing = sorted(set(saved.items()) ^ set(expected.items()), key=lambda item: item[1])[:3]
+    if differing:
+        raise HelperModelError(
+            f"helper_model's tokenizer ({path}) differs from new_tokenizer (e.g. {differing}): SALT needs the "
+            "helper's rows indexed by new_tokenizer's ids. Pass the helper's own tokenizer as new_tokenizer."
+        )

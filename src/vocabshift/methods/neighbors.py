@@ -1,0 +1,160 @@
+"""Blockwise nearest neighbours in a vector space, shared by the word-vector methods.
+
+Similarities are computed for a block of queries at a time, so memory is O(block x keys), never
+n_queries x n_keys. `sparsemax_neighbors` is exact: sparsemax's support is always the top k* entries, and the k*
+found among the top N equals the one over all keys whenever k* < N, which is checked (N doubles otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from huggingface_hub.utils import tqdm
+
+__all__ = ["SparseWeights", "normalize", "sparsemax", "sparsemax_neighbors", "summarize", "topk_neighbors"]
+
+_BLOCK_ELEMENTS = 1 << 23  # similarities held at once (32 MB of float32)
+_START_CANDIDATES = 64
+
+
+@dataclass(frozen=True)
+class SparseWeights:
+    """Row i of a sparse `(count, n_keys)` weight matrix: `values[rows == i]` at key indices `cols[rows == i]`;
+    `capped` counts the rows cut to `max_support` by `sparsemax_neighbors`."""
+
+    rows: torch.Tensor
+    cols: torch.Tensor
+    values: torch.Tensor
+    count: int
+    capped: int = 0
+
+    def support_sizes(self) -> torch.Tensor:
+        return torch.bincount(self.rows, minlength=self.count)
+
+    def apply(self, matrix: torch.Tensor, key_rows: torch.Tensor) -> torch.Tensor:
+        """`(count, hidden)` rows: row i = sum_j values_ij * matrix[key_rows[j]] (no copy of `matrix`)."""
+        index = torch.stack([self.rows, key_rows[self.cols]])
+        sparse = torch.sparse_coo_tensor(index, self.values.to(matrix.dtype), (self.count, matrix.shape[0]),
+                                         check_invariants=True)
+        return torch.sparse.mm(sparse.coalesce(), matrix)
+
+
+def normalize(vectors: torch.Tensor) -> torch.Tensor:
+    """Rows scaled to unit L2 norm (zero rows stay zero); float64 stays float64, anything else becomes float32."""
+    vectors = vectors if vectors.dtype == torch.float64 else vectors.float()
+    return vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def sparsemax(scores: torch.Tensor) -> torch.Tensor:
+    """Sparsemax (Martins & Astudillo, 2016) of each row of `scores`."""
+    ordered = scores.double().sort(dim=1, descending=True).values
+    _, tau = _support(ordered)
+    return (scores.double() - tau[:, None]).clamp_min(0).to(scores.dtype)
+
+
+def _support(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Support size k* and threshold tau of sparsemax for rows sorted in descending order."""
+    cumulative = ordered.cumsum(dim=1)
+    ranks = torch.arange(1, ordered.shape[1] + 1, dtype=ordered.dtype)
+    size = (1 + ranks * ordered > cumulative).sum(dim=1)  # the k satisfying it are exactly 1..k*
+    tau = (cumulative.gather(1, (size - 1)[:, None]).squeeze(1) - 1) / size
+    return size, tau
+
+
+def _blocks(count: int, keys: int, desc: str) -> Sequence[tuple[int, int]]:
+    """Query blocks of at most `_BLOCK_ELEMENTS` similarities, with a progress bar."""
+    step = max(1, min(count, _BLOCK_ELEMENTS // max(keys, 1)))
+    return tqdm([(start, min(start + step, count)) for start in range(0, count, step)], desc=desc, leave=False)
+
+
+def sparsemax_neighbors(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    max_support: int | None = None,
+    desc: str = "Sparsemax neighbours",
+) -> SparseWeights:
+    """Sparsemax over the cosine similarities (divided by `temperature`) of each query to all keys.
+
+    Equal to the dense float64 computation while holding one block of similarities at a time: candidates are
+    ranked in float32, their similarities recomputed in float64, and the candidate count doubles for rows whose
+    support reaches (or comes within rounding of) the last candidate. With `max_support`, a row whose support is
+    larger keeps its `max_support` most similar keys (exactly those of the dense computation; their values are then
+    sparsemax over the candidates, not over all keys) and is counted in `capped`.
+    """
+    fast_queries, fast_keys = normalize(queries), normalize(keys)
+    exact_queries, exact_keys = normalize(queries.double()), normalize(keys.double())
+    margin = 1e-5 / temperature  # far above float32 rounding of a cosine
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    capped = 0
+    for start, stop in _blocks(len(queries), len(keys), desc):
+        scores = fast_queries[start:stop] @ fast_keys.T
+        pending, candidates = torch.arange(start, stop), min(_START_CANDIDATES, len(keys))
+        while len(pending):
+            index = scores[pending - start].topk(candidates, dim=1).indices
+            exact = _exact_scores(exact_queries, exact_keys, pending, index) / temperature
+            exact, order = exact.sort(dim=1, descending=True)
+            index = index.gather(1, order)
+            size, tau = _support(exact)
+            done = ((size < candidates) & (exact[:, -1] < tau - margin)) | (candidates == len(keys))
+            cut = _over_cap(exact, size, max_support, margin, done)
+            if cut.any():
+                done, size, capped = done | cut, torch.where(cut, max_support, size), capped + int(cut.sum())
+            keep = torch.arange(candidates)[None, :] < size[done, None]
+            rows = pending[done][:, None].expand_as(keep)
+            parts.append((rows[keep], index[done][keep], (exact[done] - tau[done, None])[keep]))
+            pending, candidates = pending[~done], min(2 * candidates, len(keys))
+    if not parts:
+        empty = torch.zeros(0, dtype=torch.long)
+        return SparseWeights(empty, empty, torch.zeros(0, dtype=torch.float64), len(queries))
+    rows, cols, values = (torch.cat(part) for part in zip(*parts))
+    return SparseWeights(rows, cols, values, len(queries), capped)
+
+
+def _over_cap(exact: torch.Tensor, size: torch.Tensor, cap: int | None, margin: float, known: torch.Tensor
+              ) -> torch.Tensor:
+    """Rows whose support exceeds `cap`: the sparsemax condition holds at rank cap + 1 (it depends on the top cap + 1
+    only) among candidates whose first cap + 1 are the true top (`known` rows, or clearly above the last candidate)."""
+    if cap is None or exact.shape[1] <= cap:
+        return torch.zeros(len(exact), dtype=torch.bool)
+    return (size > cap) & ((exact[:, cap] > exact[:, -1] + margin) | known)
+
+
+def _exact_scores(queries: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`queries[rows[i]] . keys[index[i, j]]` in the queries' dtype, in chunks of bounded memory."""
+    step = max(1, _BLOCK_ELEMENTS // (index.shape[1] * keys.shape[1]))
+    chunks = [
+        torch.einsum("bd,bnd->bn", queries[rows[i : i + step]], keys[index[i : i + step]])
+        for i in range(0, len(rows), step)
+    ]
+    return torch.cat(chunks) if chunks else torch.zeros(0, index.shape[1], dtype=queries.dtype)
+
+
+def topk_neighbors(
+    queries: torch.Tensor, keys: torch.Tensor, k: int, *, desc: str = "Nearest neighbours"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine similarities `(n_queries, k)` and key indices of each query's `k` most similar keys, blockwise."""
+    queries, keys = normalize(queries), normalize(keys)
+    k = min(k, len(keys))
+    values, indices = [], []
+    for start, stop in _blocks(len(queries), len(keys), desc):
+        top, index = (queries[start:stop] @ keys.T).topk(k, dim=1)
+        values.append(top)
+        indices.append(index)
+    if not values:
+        return torch.zeros(0, k), torch.zeros(0, k, dtype=torch.long)
+    return torch.cat(values), torch.cat(indices)
+
+
+def summarize(values: torch.Tensor) -> dict[str, float]:
+    """min / 10th percentile / median / 90th percentile / max / mean of `values`, for diagnostics."""
+    values = values.double().flatten()
+    values = values[torch.isfinite(values)]
+    if not len(values):
+        return {}
+    quantiles = torch.quantile(values, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=torch.float64)).tolist()
+    names = ("min", "p10", "median", "p90", "max")
+    return {**{n: round(q, 6) for n, q in zip(names, quantiles)}, "mean": round(float(values.mean()), 6)}

@@ -1,0 +1,106 @@
+"""`ofa`: each new row is a softmax-weighted combination of its most similar old tokens in a word space (OFA).
+
+Liu et al., 2023 (arXiv 2311.08849). Every token, old and new, gets the mean vector of the multilingual words it
+appears in; a new token's row combines the rows of its `neighbors` most similar old tokens (any old token, not only
+shared ones) with weights softmax(similarity / temperature). New tokens that appear in no word get N(mean, std) rows.
+With `rank`, the combination happens on OFA's SVD coordinates and is projected back by the primitive embeddings, so
+rows stay in the top-`rank` subspace; without it (the default), full rows are combined, which is the same
+computation at full rank: a Hugging Face model stores full rows, not OFA's two factors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import MethodOptionError, WordVectorsError
+from ..registry import register_method
+from ..wordvectors import WordVectors
+from .base import InitContext, InitResult, per_dimension_normal
+from .neighbors import SparseWeights, summarize, topk_neighbors
+from .wordmatch import factorize, match_words, multilingual_vectors
+
+__all__ = ["OfaConfig", "init_ofa"]
+
+
+@dataclass(frozen=True)
+class OfaConfig:
+    """Options of `ofa`.
+
+    Attributes:
+        word_vectors: word-level multilingual vectors (source and target language in one space): a `.bin` /
+            `.vec` path or a `WordVectors` (e.g. trained on text of both languages, or aligned vectors).
+        neighbors (`int`, defaults to 10): old tokens combined per new token.
+        temperature (`float`, defaults to 0.1): softmax temperature over their cosine similarities.
+        rank (`int`, *optional*): combine SVD coordinates of this rank instead of full rows.
+    """
+
+    word_vectors: str | os.PathLike | WordVectors | None = None
+    neighbors: int = 10
+    temperature: float = 0.1
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.word_vectors is None:
+            raise MethodOptionError(
+                "Method 'ofa' needs word_vectors=...: word-level multilingual vectors (a fastText .bin or .vec path, "
+                "or vocabshift.WordVectors) in which words of the old and the new language share one space."
+            )
+        if self.neighbors < 1 or not self.temperature > 0 or (self.rank is not None and self.rank < 1):
+            raise MethodOptionError(
+                f"ofa neighbors={self.neighbors!r} and rank={self.rank!r} must be >= 1 and "
+                f"temperature={self.temperature!r} > 0."
+            )
+
+
+@register_method(
+    "ofa",
+    config_class=OfaConfig,
+    pretty_name="OFA",
+    paper_url="https://arxiv.org/abs/2311.08849",
+    summary="softmax over the top-k most similar old tokens in a multilingual word space (SVD coordinates optional)",
+)
+def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
+    """Initialize new rows as OFA combinations of similar old tokens' rows; tokens in no word get random rows."""
+    vectors = multilingual_vectors(config.word_vectors, "ofa")
+    source_sets = match_words(context.source_tokenizer, vectors.words, len(context.source_input), desc="OFA: old tokens")
+    target_sets = match_words(context.target_tokenizer, vectors.words, len(context.alignment.target_forms),
+                              desc="OFA: new tokens")
+    new_ids = torch.tensor(context.alignment.new_ids, dtype=torch.long)
+    covered = torch.from_numpy(target_sets.counts() > 0)[new_ids]
+    keys = torch.from_numpy(source_sets.counts() > 0).nonzero().squeeze(1)
+    if not covered.any() or not len(keys):
+        raise WordVectorsError(
+            f"Word vectors {vectors!r} match none of the {'new' if not covered.any() else 'old'} tokens: pass "
+            "multilingual vectors with words of both the old and the new language."
+        )
+    similarity, index = topk_neighbors(target_sets.mean_vectors(vectors.vectors)[new_ids[covered]],
+                                       source_sets.mean_vectors(vectors.vectors)[keys], config.neighbors,
+                                       desc="OFA neighbours")
+    count, k = similarity.shape
+    weights = SparseWeights(torch.arange(count).repeat_interleave(k), index.flatten(),
+                            torch.softmax(similarity.double() / config.temperature, dim=1).flatten(), count)
+    matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
+    rows, explained = [], []
+    for offset, matrix in enumerate(matrices):
+        basis, project = matrix, None
+        if config.rank is not None:
+            factors = factorize(matrix, config.rank)
+            basis, project = factors.coordinates, factors.primitives
+            explained.append(round(factors.explained, 6))
+        out = torch.empty(context.num_new, basis.shape[1])
+        out[covered] = weights.apply(basis, keys)
+        out[~covered] = per_dimension_normal(basis, int((~covered).sum()), context.generator(offset))
+        rows.append(out if project is None else out @ project)
+    diagnostics = {
+        "words": len(vectors),
+        "old_tokens_in_words": len(keys),
+        "new_in_words": int(covered.sum()),
+        "random_fallback": int((~covered).sum()),
+        "top_similarity": summarize(similarity[:, 0]),
+        "explained_variance": explained or None,
+        "word_vectors": vectors.describe(),
+    }
+    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)

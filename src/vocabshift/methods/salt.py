@@ -1,0 +1,216 @@
+"""`salt`: each new row transfers a helper model's embedding through its anchors by least squares (SALT).
+
+Lee et al., 2025 (arXiv 2505.10945). A helper model whose tokenizer is the new tokenizer gives every new token an
+embedding `e` and every anchor (a shared token) a row of `A`. Sparsemax over word-vector similarities picks each new
+token's anchors; the paper's map `X = A⁺B` from helper space to LLM space is never built: `e X = (e A⁺) B`, so the
+coefficients `c = e A⁺` (the minimum-norm least-squares fit of `e` by the anchors' helper rows) are applied to the
+anchors' LLM rows `B`, input and untied output alike. Per token: support size k, relative residual ‖e − cA‖/‖e‖
+(how much of `e` the anchors cannot express) and the condition number of `A`; their summaries go to the record.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from huggingface_hub.utils import tqdm
+from transformers import PreTrainedModel
+
+from ..errors import HelperModelError, MethodOptionError
+from ..registry import register_method
+from ..vocab.forms import token_forms
+from ..wordvectors import WordVectors
+from .anchors import check_vector_options, resolve_word_vectors, token_space
+from .base import InitContext, InitResult, median_norm, per_dimension_normal
+from .helper import helper_matrix
+from .neighbors import SparseWeights, sparsemax_neighbors, summarize
+
+__all__ = ["SaltConfig", "init_salt"]
+
+_CHUNK_ELEMENTS = 1 << 22  # anchor helper-rows gathered at once (32 MB of float64)
+
+
+@dataclass(frozen=True)
+class SaltConfig:
+    """Options of `salt` (`helper_model` and exactly one of `word_vectors` and `corpus`).
+
+    The paper's setting is `temperature=1.0, ridge=0.0, max_anchors=None, norm_guard=None`. The defaults differ
+    because of the word vectors: the paper used pretrained word-level fastText, whose flat similarities give
+    sparsemax supports of hundreds of anchors; FOCUS-style token-level vectors give peaked ones (median 14 anchors on
+    SmolLM2 + a 16k Russian tokenizer), too few to span the helper embedding (relative residual ~0.8), and the
+    transferred rows were no better than the mean row. Dividing similarities by 32 brings back supports of hundreds,
+    the ridge keeps their least squares stable, the cap bounds the cost (k² per token) and the guard catches the
+    rows least squares still blows up. Measured figures: README_wordvec.md.
+
+    Attributes:
+        helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with
+            input embeddings: a small BERT, a small decoder), or its input embedding matrix as a tensor whose row i
+            belongs to the new tokenizer's id i.
+        word_vectors / corpus: as for `focus`: fastText vectors, or text to train token-level fastText on.
+        temperature (`float`, defaults to 32.0): similarities are divided by it before sparsemax.
+        ridge (`float`, defaults to 0.1): Tikhonov regularization, relative to the mean non-zero eigenvalue of
+            `A Aᵀ`; 0 is the paper's pseudo-inverse.
+        max_anchors (`int`, *optional*, defaults to 128): keep at most this many anchors per token (those of largest
+            sparsemax weight); None keeps the whole support, as in the paper.
+        norm_guard (`float`, *optional*, defaults to 2.0): rescale rows whose norm is outside
+            [median / norm_guard, median * norm_guard] of the old rows' norms into that range; None turns it off.
+    """
+
+    helper_model: PreTrainedModel | torch.Tensor | None = None
+    word_vectors: str | os.PathLike | WordVectors | None = None
+    corpus: str | os.PathLike | Sequence[str] | None = None
+    temperature: float = 32.0
+    ridge: float = 0.1
+    max_anchors: int | None = 128
+    norm_guard: float | None = 2.0
+
+    def __post_init__(self) -> None:
+        if self.helper_model is None:
+            raise MethodOptionError(
+                "Method 'salt' needs helper_model=...: a target-language model whose tokenizer is new_tokenizer "
+                "(any transformers model with input embeddings), or its input embedding matrix as a tensor."
+            )
+        check_vector_options("salt", self.word_vectors, self.corpus)
+        if self.ridge < 0 or not self.temperature > 0 or (self.max_anchors is not None and self.max_anchors < 1):
+            raise MethodOptionError(
+                f"salt ridge={self.ridge!r} must be >= 0, temperature={self.temperature!r} > 0 and "
+                f"max_anchors={self.max_anchors!r} >= 1."
+            )
+        if self.norm_guard is not None and not self.norm_guard > 1:
+            raise MethodOptionError(f"salt norm_guard={self.norm_guard!r} is invalid: pass a number > 1 or None.")
+
+
+@register_method(
+    "salt",
+    config_class=SaltConfig,
+    pretty_name="SALT",
+    paper_url="https://arxiv.org/abs/2505.10945",
+    summary="sparsemax anchors; per-token least squares maps a helper model's embedding into the LLM's space",
+)
+def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
+    """Initialize new rows by SALT's per-token least squares; tokens without a vector or helper row get random rows."""
+    helper = helper_matrix(config.helper_model, context.new_tokenizer or context.target_tokenizer)
+    space = token_space(context, resolve_word_vectors(context, config.word_vectors, config.corpus))
+    new_helper, anchor_helper = _helper_ids(context, space.anchor_target_ids)
+    usable = anchor_helper >= 0
+    solvable = space.new_found & (new_helper >= 0)
+    weights = sparsemax_neighbors(space.new_vectors[solvable], space.anchor_vectors[usable],
+                                  temperature=config.temperature, max_support=config.max_anchors, desc="SALT anchors")
+    coefficients, stats = _least_squares(weights, helper[anchor_helper[usable]], helper[new_helper[solvable]],
+                                         config.ridge)
+    matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
+    rows, guarded = [], []
+    for offset, matrix in enumerate(matrices):
+        out = torch.empty(context.num_new, matrix.shape[1])
+        out[solvable], count = _guard(coefficients.apply(matrix, space.anchor_source_ids[usable]), matrix,
+                                      config.norm_guard)
+        out[~solvable] = per_dimension_normal(matrix, int((~solvable).sum()), context.generator(offset))
+        rows.append(out)
+        guarded.append(count)
+    diagnostics = {
+        **space.describe(),
+        "anchors": int(usable.sum()),
+        "random_fallback": int((~solvable).sum()),
+        "helper_rows": helper.shape[0],
+        "helper_hidden": helper.shape[1],
+        "support_size": summarize(weights.support_sizes().float()),
+        "support_capped": weights.capped,
+        "relative_residual": summarize(stats["residual"]),
+        "condition_number": summarize(stats["condition"]),
+        "rank_deficient": int((stats["rank"] < weights.support_sizes()).sum()),
+        "norm_guarded": guarded,
+    }
+    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)
+
+
+def _helper_ids(context: InitContext, anchor_target_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the helper model (ids of the new tokenizer) of the new tokens and of the anchors; -1 if none."""
+    by_key: dict[Any, int] = {}
+    for index, form in enumerate(token_forms(context.new_tokenizer or context.target_tokenizer)):
+        by_key.setdefault(form.key, index)
+    forms = context.alignment.target_forms
+    new = [by_key.get(form.key, -1) for form in context.new_forms]
+    anchors = [by_key.get(forms[t].key, -1) for t in anchor_target_ids.tolist()]
+    return torch.tensor(new, dtype=torch.long), torch.tensor(anchors, dtype=torch.long)
+
+
+def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch.Tensor, ridge: float
+                   ) -> tuple[SparseWeights, dict[str, torch.Tensor]]:
+    """For each query i with support S_i: c_i = e_i A⁺ with A = anchors[S_i], e_i = targets[i], in float64.
+
+    Solved through the eigen-decomposition of the Gram matrix A Aᵀ (k x k), batched over tokens of similar k;
+    eigenvalues below `max(k, h) * eps * largest` count as zero (pseudo-inverse), `ridge` adds a relative Tikhonov term.
+    """
+    order = torch.argsort(weights.rows * len(anchors) + weights.cols)  # by token, then anchor
+    rows, cols = weights.rows[order], weights.cols[order]
+    sizes = weights.support_sizes()
+    starts = torch.cumsum(sizes, 0) - sizes
+    values = torch.zeros(len(rows), dtype=torch.float64)
+    stats = {name: torch.zeros(weights.count, dtype=torch.float64) for name in ("residual", "condition", "rank")}
+    by_size = torch.argsort(sizes, stable=True)
+    chunks = _chunks(sizes[by_size], anchors.shape[1])
+    for tokens in tqdm([by_size[a:b] for a, b in chunks], desc="SALT least squares", leave=False):
+        width = int(sizes[tokens].max())
+        slot = starts[tokens][:, None] + torch.arange(width)
+        valid = torch.arange(width)[None, :] < sizes[tokens][:, None]
+        slot = torch.where(valid, slot, 0)
+        a = anchors[cols[slot]].double() * valid[..., None]
+        e = targets[tokens].double()
+        c, residual, condition, rank = _solve(a, e, ridge)
+        values[slot[valid]] = c[valid]
+        for name, value in (("residual", residual), ("condition", condition), ("rank", rank)):
+            stats[name][tokens] = value.double()
+    return SparseWeights(rows, cols, values, weights.count), stats
+
+
+def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of tokens (sorted by support size) whose padded anchor block stays bounded."""
+    chunks, start, sizes = [], 0, sizes.tolist()
+    for stop in range(1, len(sizes) + 1):
+        if stop == len(sizes) or (stop + 1 - start) * sizes[stop] * hidden > _CHUNK_ELEMENTS:
+            chunks.append((start, stop))
+            start = stop
+    return chunks
+
+
+def _solve(a: torch.Tensor, e: torch.Tensor, ridge: float) -> tuple[torch.Tensor, ...]:
+    """c = e A⁺ (or the ridge solution) for a batch of padded `a` (B, k, h) and `e` (B, h).
+
+    Without ridge, through the eigen-decomposition of A Aᵀ (pseudo-inverse); with ridge, by Cholesky on
+    A Aᵀ + λ I (which is positive definite), the eigenvalues being needed only for rank and condition number.
+    """
+    gram = a @ a.transpose(1, 2)
+    projected = torch.einsum("bkh,bh->bk", a, e)
+    if ridge > 0:
+        eigenvalues = torch.linalg.eigvalsh(gram)
+    else:
+        eigenvalues, vectors = torch.linalg.eigh(gram)
+    largest = eigenvalues[:, -1:].clamp_min(0)
+    kept = eigenvalues > largest * max(a.shape[1], a.shape[2]) * torch.finfo(torch.float64).eps
+    rank = kept.sum(dim=1)
+    if ridge > 0:
+        shift = ridge * (eigenvalues * kept).sum(dim=1) / rank.clamp_min(1)
+        eye = torch.eye(a.shape[1], dtype=gram.dtype)
+        factor = torch.linalg.cholesky(gram + shift[:, None, None].clamp_min(1e-300) * eye)
+        c = torch.cholesky_solve(projected[..., None], factor).squeeze(-1)
+    else:
+        inverse = torch.where(kept, 1 / eigenvalues.clamp_min(1e-300), torch.zeros_like(eigenvalues))
+        c = torch.einsum("bkj,bj->bk", vectors, inverse * torch.einsum("bkj,bk->bj", vectors, projected))
+    residual = (e - torch.einsum("bk,bkh->bh", c, a)).norm(dim=1) / e.norm(dim=1).clamp_min(1e-300)
+    smallest = torch.where(kept, eigenvalues, torch.full_like(eigenvalues, float("inf"))).min(dim=1).values
+    condition = (largest.squeeze(1) / smallest).sqrt()
+    return c, residual, condition, rank
+
+
+def _guard(rows: torch.Tensor, matrix: torch.Tensor, guard: float | None) -> tuple[torch.Tensor, int]:
+    """Rows rescaled into [median / guard, median * guard] of `matrix`'s row norms; also the count changed."""
+    if guard is None or not len(rows):
+        return rows, 0
+    median = median_norm(matrix)
+    norms = rows.norm(dim=1)
+    target = norms.clamp(median / guard, median * guard)
+    changed = target != norms
+    return rows * (target / norms.clamp_min(1e-12))[:, None], int(changed.sum())

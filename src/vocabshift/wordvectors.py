@@ -1,0 +1,304 @@
+"""Static vectors of words or tokens (fastText) for the methods that need them: train, load, cache, look up.
+
+Two kinds, as FOCUS uses them: *token level* (fastText trained on a corpus cut into tokens by a tokenizer, keys are
+that tokenizer's token strings such as `Ġпр` or `▁при`) and *word level* (fastText on plain text, or a pretrained
+`cc.<lang>.300.bin` / `.vec`, keys are words). Training uses one thread, so the same corpus and settings give the
+same vectors; trained models are cached by the corpus's fingerprint and the settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from huggingface_hub.utils import are_progress_bars_disabled, tqdm
+
+from .corpus import corpus_fingerprint, documents
+from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
+from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
+from .vocab.load import fingerprint
+
+__all__ = ["WordVectors", "default_cache_dir", "load_word_vectors", "train_word_vectors"]
+
+logger = logging.getLogger(__name__)
+
+Level = Literal["token", "word", "auto"]
+_BATCH = 1000
+_CACHE_FORMAT = 1  # bump when the cached files change meaning
+_TRAIN_SCRIPT = """
+import json, sys
+import fasttext
+try:
+    fasttext.train_unsupervised(**json.loads(sys.argv[1])).save_model(sys.argv[2])
+except (RuntimeError, ValueError) as error:  # e.g. an empty vocabulary after min_count
+    print(error)
+    sys.exit(1)
+"""
+_MARKERS = ("\u2581", "\u0120", "##")  # SentencePiece / byte-level word start, WordPiece continuation
+
+
+class WordVectors:
+    """Static vectors, one per word (word level) or per token string of a tokenizer (token level).
+
+    Args:
+        words (`Sequence[str]`): the vocabulary, most frequent first.
+        vectors (`np.ndarray`): `(len(words), dim)` rows.
+        level (`str`, defaults to `"word"`): `"token"`, `"word"`, or `"auto"` (unknown, e.g. a file without the
+            metadata `train_word_vectors` writes: token level when at least 10% of the keys start with a token
+            marker such as `▁`, `Ġ` or `##`).
+        family (`str`, *optional*): at token level, the tokenizer family of the keys (`"bytelevel"`,
+            `"sentencepiece"`, `"wordpiece"`); None means the family of the new tokenizer.
+        source (`str`, *optional*): where the vectors come from, for the extension record.
+        model (*optional*): the fastText model, to compose vectors of unseen words from character n-grams.
+
+    Raises:
+        `WordVectorsError`: if `vectors` is not a 2-D array with one row per word.
+    """
+
+    def __init__(self, words: Sequence[str], vectors: Any, *, level: Level = "word", family: Family | None = None,
+                 source: str = "", model: Any = None) -> None:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(words) or vectors.shape[1] == 0:
+            raise WordVectorsError(
+                f"Word vectors{f' from {source}' if source else ''} have shape {vectors.shape} for {len(words)} "
+                "words: pass one row of the same non-zero dimension per word."
+            )
+        self.words, self.vectors, self.level, self.family = list(words), vectors, level, family
+        self.source, self._model = source, model
+        self._index = {word: i for i, word in enumerate(self.words)}
+
+    @property
+    def dim(self) -> int:
+        return self.vectors.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __repr__(self) -> str:
+        return f"WordVectors({len(self)} {self.level}s, dim={self.dim}, source={self.source!r})"
+
+    def lookup(self, keys: Sequence[str | None], *, compose: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors of `keys` and a boolean mask of those that have one (the others are zero rows).
+
+        A key has a vector when it is in the vocabulary, or, with `compose=True` and a fastText model, when its
+        character n-grams give a non-zero vector (how fastText embeds unseen words).
+        """
+        out = np.zeros((len(keys), self.dim), dtype=np.float32)
+        found = np.zeros(len(keys), dtype=bool)
+        for row, key in enumerate(keys):
+            if key is None:
+                continue
+            index = self._index.get(key)
+            if index is not None:
+                out[row], found[row] = self.vectors[index], True
+            elif compose and self._model is not None:
+                out[row] = self._model.get_word_vector(key)
+                found[row] = bool(np.any(out[row]))
+        return out, found
+
+    def token_keys(self, forms: Sequence[TokenForm], family: Family, level: Literal["token", "word"]) -> list[str | None]:
+        """The key of each token: its token string in `family` (token level) or its text without the word-start
+        space (word level); None for special tokens and tokens that are not whole UTF-8 text."""
+        keys: list[str | None] = []
+        for form in forms:
+            if form.special or form.added or not form.surface:
+                keys.append(None)
+            elif level == "token":
+                keys.append(native_string(form, family))
+            else:
+                text = form.text.strip()
+                keys.append(text if text and "\ufffd" not in text else None)
+        return keys
+
+    def token_vectors(self, forms: Sequence[TokenForm], family: Family) -> tuple[np.ndarray, np.ndarray, str]:
+        """Vectors of token forms, the mask of tokens that have one, and the level used (`"auto"` resolved)."""
+        level = self.level
+        if level == "auto":  # a file without metadata: token strings carry word-start or continuation markers
+            marked = sum(word.startswith(_MARKERS) for word in self.words)
+            level = "token" if marked >= 0.1 * len(self) else "word"
+            logger.info("Word vectors %s read at %s level (%d of %d keys marked).", self.source, level, marked, len(self))
+        keys = self.token_keys(forms, self.family or family, level)
+        vectors, found = self.lookup(keys, compose=level == "word")
+        return vectors, found, level
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON summary for the extension record."""
+        return {"source": self.source, "level": self.level, "dim": self.dim, "size": len(self)}
+
+
+def default_cache_dir() -> Path:
+    """`$VOCABSHIFT_CACHE/fasttext`, by default `~/.cache/vocabshift/fasttext`."""
+    return Path(os.environ.get("VOCABSHIFT_CACHE", Path.home() / ".cache" / "vocabshift")).expanduser() / "fasttext"
+
+
+def train_word_vectors(
+    corpus: Any,
+    *,
+    tokenizer: Any = None,
+    dim: int = 100,
+    epochs: int = 3,
+    min_count: int = 10,
+    bucket: int = 100_000,
+    model: Literal["cbow", "skipgram"] = "cbow",
+    cache_dir: str | os.PathLike | None = None,
+) -> WordVectors:
+    """Train fastText vectors on `corpus` (or load them from the cache), at token level if `tokenizer` is given.
+
+    At token level each document is cut into tokens by `tokenizer` and the tokens' strings are the words, as FOCUS
+    trains its auxiliary model; at word level the text is used as is. fastText runs with one thread in a fresh
+    process, which makes it reproducible, with CBOW and 10 negatives like FOCUS; `bucket` is much smaller than
+    fastText's 2M so that models stay tens of MB.
+
+    Args:
+        corpus: a path to a UTF-8 text file (one document per line) or a list of strings.
+        tokenizer (*optional*): a fast tokenizer; given, the vectors are token level.
+        dim / epochs / min_count / bucket / model: fastText settings (`min_count`: words seen fewer times get no
+            vector, so that rare tokens are flagged instead of getting noise).
+        cache_dir (*optional*): where trained models are kept; defaults to `$VOCABSHIFT_CACHE/fasttext`
+            (`~/.cache/vocabshift/fasttext`).
+
+    Returns:
+        `WordVectors`
+
+    Raises:
+        `CorpusError`: if the corpus is empty, not text or not UTF-8, or too small for `min_count`.
+
+    Example:
+        ```python
+        >>> vectors = vocabshift.train_word_vectors("ru.txt", tokenizer=ru_tokenizer)
+        >>> model.extend_vocabulary(ru_tokenizer, method="focus", word_vectors=vectors)
+        ```
+    """
+    settings = {"model": model, "dim": dim, "epoch": epochs, "minCount": min_count, "neg": 10, "bucket": bucket}
+    corpus_sha, count = corpus_fingerprint(corpus)
+    meta = {"format": _CACHE_FORMAT, "corpus_sha256": corpus_sha, "documents": count, "settings": settings,
+            "level": "token" if tokenizer is not None else "word", "family": None, "tokenizer_sha256": None}
+    if tokenizer is not None:
+        meta["family"], meta["tokenizer_sha256"] = detect_family(backend_state(tokenizer)), fingerprint(tokenizer)
+    key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
+    path = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    path = path / f"{meta['level']}-{key}.bin"
+    if not path.exists():
+        _train(corpus, tokenizer, settings, meta, path)
+    return load_word_vectors(path)
+
+
+def _train(corpus: Any, tokenizer: Any, settings: dict[str, Any], meta: dict[str, Any], path: Path) -> None:
+    """Write the (tokenized) corpus to a temporary file, train, then move model and metadata into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".train-") as folder:
+        text, model = Path(folder) / "corpus.txt", Path(folder) / "model.bin"
+        _write_training_text(corpus, tokenizer, text, meta["documents"])
+        verbose = 0 if are_progress_bars_disabled() else 2
+        arguments = json.dumps({"input": str(text), "thread": 1, "verbose": verbose, **settings})
+        # fastText initializes only thread/10 of its input matrix (fasttext's DenseMatrix::uniform) and leaves the
+        # rest as allocated: in a fresh process with a fixed mmap threshold that memory is zeroed, so one-thread
+        # training is reproducible; in a busy process it can hold garbage (NaN, run-to-run differences).
+        environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+        result = subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, arguments, str(model)], env=environment,
+                                stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode:
+            raise CorpusError(
+                f"fastText could not train on the corpus ({meta['documents']} documents): {result.stdout.strip()} "
+                f"Pass more text, or a smaller min_count (now {settings['minCount']})."
+            )
+        Path(folder, "model.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        os.replace(Path(folder) / "model.json", path.with_suffix(".json"))
+        os.replace(model, path)
+
+
+def _write_training_text(corpus: Any, tokenizer: Any, text: Path, count: int) -> None:
+    backend = tokenizer.backend_tokenizer if tokenizer is not None else None
+    desc = "Tokenizing corpus for fastText" if backend else "Writing corpus for fastText"
+    with text.open("w", encoding="utf-8") as out, tqdm(total=count, desc=desc, leave=False) as bar:
+        batch: list[str] = []
+        for document in documents(corpus):
+            if document.strip():
+                batch.append(document)
+            if len(batch) == _BATCH:
+                _write_batch(out, batch, backend)
+                bar.update(len(batch))
+                batch = []
+        _write_batch(out, batch, backend)
+        bar.update(len(batch))
+
+
+def _write_batch(out: Any, batch: list[str], backend: Any) -> None:
+    if backend is None:
+        out.writelines(document.replace("\n", " ") + "\n" for document in batch)
+        return
+    for encoding in backend.encode_batch(batch, add_special_tokens=False):
+        out.write(" ".join(encoding.tokens) + "\n")
+
+
+def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) -> WordVectors:
+    """Load fastText vectors from a `.bin` model or a text `.vec` file (word2vec text format).
+
+    Args:
+        path: the file.
+        level (`str`, *optional*): `"token"`, `"word"` or `"auto"`; defaults to what `train_word_vectors` recorded
+            next to the file, else `"auto"`.
+
+    Raises:
+        `WordVectorsNotFoundError`: if the file does not exist.
+        `WordVectorsError`: if it is not a fastText model or a `.vec` file with rows of the declared dimension.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise WordVectorsNotFoundError(
+            f"word_vectors={str(path)!r} does not exist: pass a fastText .bin or .vec file, a WordVectors, or "
+            "corpus=... to train vectors."
+        )
+    sidecar = path.with_suffix(".json")
+    meta = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    level = level or meta.get("level", "auto")
+    if path.suffix == ".bin":
+        words, vectors, model = _read_bin(path)
+        model = None if level == "token" else model  # only word level composes unseen keys
+    else:
+        (words, vectors), model = _read_vec(path), None
+    return WordVectors(words, vectors, level=level, family=meta.get("family"), source=str(path), model=model)
+
+
+def _read_bin(path: Path) -> tuple[list[str], np.ndarray, Any]:
+    import fasttext
+
+    try:
+        model = fasttext.load_model(str(path))
+    except (ValueError, RuntimeError, OSError) as error:
+        raise WordVectorsError(f"word_vectors={str(path)!r} is not a fastText .bin model: {error}.") from None
+    words = [word for word in model.get_words(on_unicode_error="replace") if word != "</s>"]
+    vectors = np.stack([model.get_word_vector(word) for word in words]) if words else np.zeros((0, model.get_dimension()))
+    return words, vectors, model
+
+
+def _read_vec(path: Path) -> tuple[list[str], np.ndarray]:
+    """word2vec text format: an optional `count dim` header, then `word v1 ... vdim` per line."""
+    words, rows, dim = [], [], None
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            parts = line.rstrip("\n").rstrip(" ").split(" ")
+            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                dim = int(parts[1])
+                continue
+            dim = dim or len(parts) - 1
+            if len(parts) - 1 != dim:
+                raise WordVectorsError(
+                    f"word_vectors={str(path)!r} line {number} has {len(parts) - 1} values, but the vectors have "
+                    f"dimension {dim}: the file is damaged or mixes vectors of different models."
+                )
+            try:
+                rows.append(np.asarray(parts[1:], dtype=np.float32))
+            except ValueError:
+                raise WordVectorsError(f"word_vectors={str(path)!r} line {number} holds a non-number.") from None
+            words.append(parts[0])
+    return words, np.stack(rows) if rows else np.zeros((0, dim or 0), dtype=np.float32)

@@ -1,0 +1,108 @@
+"""fastText training, caching and loading; corpus checks; which tokens have a vector."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import vocabshift
+from vocabshift import wordvectors
+from vocabshift.corpus import corpus_fingerprint
+from vocabshift.errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
+from vocabshift.vocab.forms import TokenForm, native_string, token_forms
+
+
+def test_token_level_vectors_are_keyed_by_token_strings(token_vectors_ru, tokenizers_ru):
+    vectors, tokenizer = token_vectors_ru["bytelevel"], tokenizers_ru["bytelevel"]
+    assert vectors.level == "token" and vectors.family == "bytelevel" and vectors.dim == 16
+    vocabulary = set(tokenizer.get_vocab())
+    assert set(vectors.words) <= vocabulary and len(vectors) > 0.5 * len(vocabulary)
+    forms = token_forms(tokenizer)
+    found, mask, level = vectors.token_vectors(forms, "bytelevel")
+    assert level == "token"
+    for form, has in zip(forms, mask):
+        assert has == (not form.special and native_string(form, "bytelevel") in vectors.words)
+    assert not mask[[i for i, form in enumerate(forms) if form.special]].any()
+    assert np.all(found[~mask] == 0) and np.all(np.abs(found[mask]).sum(axis=1) > 0)
+
+
+def test_training_is_cached_by_corpus_and_settings(tmp_path, ru_lines, tokenizers_ru, monkeypatch):
+    tokenizer = tokenizers_ru["unigram"]
+    first = vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=tokenizer, dim=8, min_count=3, cache_dir=tmp_path)
+    monkeypatch.setattr(wordvectors, "_train", _refuse_training)
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(ru_lines[:1500]) + "\n", encoding="utf-8")
+    again = vocabshift.train_word_vectors(path, tokenizer=tokenizer, dim=8, min_count=3, cache_dir=tmp_path)
+    assert again.source == first.source and again.words == first.words
+    np.testing.assert_array_equal(again.vectors, first.vectors)
+    assert corpus_fingerprint(path) == corpus_fingerprint(ru_lines[:1500])
+    with pytest.raises(AssertionError, match="retrained"):  # other settings: another model
+        vocabshift.train_word_vectors(path, tokenizer=tokenizer, dim=9, min_count=3, cache_dir=tmp_path)
+
+
+def _refuse_training(*args, **kwargs):
+    raise AssertionError("retrained a cached model")
+
+
+def test_loading_without_metadata_detects_the_level(token_vectors_ru, multilingual_vectors, tokenizers_ru, tmp_path):
+    forms = token_forms(tokenizers_ru["sentencepiece"])
+    for vectors, expected in ((token_vectors_ru["sentencepiece"], "token"), (multilingual_vectors, "word")):
+        copy = tmp_path / f"{expected}.bin"
+        shutil.copy(vectors.source, copy)
+        loaded = vocabshift.load_word_vectors(copy)
+        assert loaded.level == "auto" and loaded.family is None
+        found, mask, level = loaded.token_vectors(forms, "sentencepiece")
+        assert level == expected
+        np.testing.assert_array_equal(found, vectors.token_vectors(forms, "sentencepiece")[0])
+
+
+def test_word_level_vectors_compose_unseen_words(multilingual_vectors):
+    assert multilingual_vectors.level == "word"
+    keys = ["и", "the", "совершенноневиданноеслово", None]
+    vectors, found = multilingual_vectors.lookup(keys, compose=True)
+    assert found.tolist() == [True, True, True, False]
+    assert not multilingual_vectors.lookup(keys)[1][2]  # only composed from character n-grams
+    forms = [TokenForm("при".encode(), True), TokenForm(b"\xd0"), TokenForm(b"<s>", special=True)]
+    assert multilingual_vectors.token_keys(forms, "bytelevel", "word") == ["при", None, None]
+
+
+def test_vec_files_load_and_bad_ones_are_refused(tmp_path):
+    path = tmp_path / "small.vec"
+    path.write_text("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2 0.25\n", encoding="utf-8")
+    vectors = vocabshift.load_word_vectors(path, level="word")
+    assert vectors.words == ["кот", "cat"] and vectors.dim == 3
+    path.write_text("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2\n", encoding="utf-8")
+    with pytest.raises(WordVectorsError, match=r"line 3 has 2 values, but the vectors have dimension 3"):
+        vocabshift.load_word_vectors(path)
+    with pytest.raises(WordVectorsError, match=r"shape \(2, 4\) for 3 words"):
+        vocabshift.WordVectors(["a", "b", "c"], np.zeros((2, 4)))
+    with pytest.raises(WordVectorsNotFoundError, match="does not exist") as error:
+        vocabshift.load_word_vectors(tmp_path / "missing.bin")
+    assert isinstance(error.value, FileNotFoundError)
+    (tmp_path / "broken.bin").write_bytes(b"not a model")
+    with pytest.raises(WordVectorsError, match="is not a fastText .bin model"):
+        vocabshift.load_word_vectors(tmp_path / "broken.bin")
+
+
+def test_bad_corpora_are_refused_with_the_fix(tmp_path, ru_lines):
+    with pytest.raises(CorpusError, match="holds no text"):
+        vocabshift.train_word_vectors([], cache_dir=tmp_path)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(CorpusError, match="holds no text"):
+        vocabshift.train_word_vectors(blank, cache_dir=tmp_path)
+    legacy = tmp_path / "cp1251.txt"
+    legacy.write_bytes("\n".join(ru_lines[:5]).encode("cp1251", errors="replace"))
+    with pytest.raises(CorpusError, match=r"not UTF-8 text: line \d+ has byte 0x.*iconv -f cp1251"):
+        vocabshift.train_word_vectors(legacy, cache_dir=tmp_path)
+    wide = tmp_path / "utf16.txt"
+    wide.write_bytes("hello world\n".encode("utf-16-le"))
+    with pytest.raises(CorpusError, match="NUL characters"):
+        vocabshift.train_word_vectors(wide, cache_dir=tmp_path)
+    with pytest.raises(CorpusError, match=r"item 2 is a bytes, not str"):
+        vocabshift.train_word_vectors(["текст", "текст".encode()], cache_dir=tmp_path)
+    with pytest.raises(CorpusError, match="is not a file"):
+        vocabshift.train_word_vectors(tmp_path / "nowhere.txt", cache_dir=tmp_path)
+    assert not list(tmp_path.glob("*.bin")), "a refused corpus left a model behind"
