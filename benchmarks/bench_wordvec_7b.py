@@ -34,6 +34,7 @@ import wordvec_common as common
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HIDDEN, OLD_ROWS, HELPER_HIDDEN, DIM = 4096, 32000, 768, 300
+NEW_VOCAB = 40000  # gives ~30k tokens that the old tokenizer lacks
 METHODS = ("subword", "focus", "salt", "ofa")
 
 
@@ -65,7 +66,7 @@ def _vectors() -> str:
     import vocabshift
 
     texts = common.lines("ru") + common.lines("vi")
-    new = _tokenizer("new-ru-vi", ("ru", "vi"), 34000)
+    new = _tokenizer("new-ru-vi", ("ru", "vi"), NEW_VOCAB)
     return vocabshift.train_word_vectors(texts, tokenizer=new, dim=DIM, min_count=10).source
 
 
@@ -74,7 +75,7 @@ def _inputs(method: str, vectors: str):
     from vocabshift.methods.base import InitContext
 
     source = _tokenizer("old-en-de", ("en", "de"), OLD_ROWS)
-    new = _tokenizer("new-ru-vi", ("ru", "vi"), 34000)
+    new = _tokenizer("new-ru-vi", ("ru", "vi"), NEW_VOCAB)
     target, _ = vocabshift.merge_tokenizers(source, new)
     alignment = vocabshift.align(source, target, keep_source_ids=True)
     generator = torch.Generator().manual_seed(0)

@@ -66,7 +66,7 @@ def _deepfocus_rows(tokenizer, source, matrix, path, shared=None):
         reference.get_overlapping_tokens, reference.is_very_rare_token = original, rare
 
 
-@pytest.mark.skipif(not HAS_DEEPFOCUS, reason="deepfocus is not installed (benchmark-only; see README_wordvec.md)")
+@pytest.mark.skipif(not HAS_DEEPFOCUS, reason="deepfocus is not installed (a benchmark-only dependency)")
 @pytest.mark.parametrize(("family", "architecture"), [("unigram", "llama-untied"), ("bytelevel", "qwen2-tied")])
 def test_focus_gives_the_rows_of_deepfocus(tokenizers_en, tokenizers_ru, token_vectors_ru, family, architecture):
     """Same tokenizers, embeddings and fastText model: every row FOCUS combines matches (cosine > 0.999).

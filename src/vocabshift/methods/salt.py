@@ -43,7 +43,7 @@ class SaltConfig:
     SmolLM2 + a 16k Russian tokenizer), too few to span the helper embedding (relative residual ~0.8), and the
     transferred rows were no better than the mean row. Dividing similarities by 32 brings back supports of hundreds,
     the ridge keeps their least squares stable, the cap bounds the cost (k² per token) and the guard catches the
-    rows least squares still blows up. Measured figures: README_wordvec.md.
+    rows least squares still blows up. Measured figures: README.md, "Word-vector methods".
 
     Attributes:
         helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with
