@@ -32,42 +32,17 @@ from transformers import AutoModelForCausalLM
 import vocabshift
 import wordvec_common as common
 from vocabshift import registry
+from vocabshift.testing.deepfocus import deepfocus_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _deepfocus(tokenizer, source, matrix, path, shared=None, extend_tokenizer=None):
-    """deepfocus's FOCUS; with `shared`, its overlap is our shared pairs (same tokens copied from the same rows)."""
-    import deepfocus.focus as reference
-    from deepfocus.vocab_helper import NewToken, TokenClass
-
-    original = reference.get_overlapping_tokens
-
-    def same_overlap(**kwargs):
-        overlap, new = original(**kwargs)
-        for key, info in list(overlap.items()):
-            if info.target.id not in shared:
-                new[key] = NewToken(target=info.target)
-                del overlap[key]
-            elif info.source[0].id != shared[info.target.id]:
-                index = shared[info.target.id]
-                info.source = [TokenClass(source.convert_ids_to_tokens(index), index, "", "", "", "", False)]
-        return overlap, new
-
-    rare = reference.is_very_rare_token
-
-    def not_line_end(token, model):  # fastText's line-end word "</s>" is no token vector (it matches EOS by name)
-        return token == "</s>" or rare(token, model)
-
-    reference.get_overlapping_tokens = same_overlap if shared is not None else original
-    reference.is_very_rare_token = not_line_end if shared is not None else rare
-    try:
-        started = time.perf_counter()
-        rows = reference.FOCUS(target_tokenizer=tokenizer, source_tokenizer=source, source_embeddings=matrix,
-                               fasttext_model_path=path, extend_tokenizer=extend_tokenizer, verbosity="silent")
-        return rows, time.perf_counter() - started
-    finally:
-        reference.get_overlapping_tokens, reference.is_very_rare_token = original, rare
+    """deepfocus's FOCUS and its seconds; with `shared`, its overlap is our shared pairs and the line-end anchor off."""
+    started = time.perf_counter()
+    rows = deepfocus_rows(tokenizer, source, matrix, path, shared=shared, extend_tokenizer=extend_tokenizer,
+                          line_end_anchor=shared is None)
+    return rows, time.perf_counter() - started
 
 
 def _cosines(ours: torch.Tensor, theirs: torch.Tensor) -> dict:

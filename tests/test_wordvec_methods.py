@@ -21,6 +21,7 @@ from vocabshift.errors import (
     WordVectorsNotFoundError,
 )
 from vocabshift.methods.base import median_norm
+from vocabshift.testing.deepfocus import deepfocus_rows
 from vocabshift.training.metrics import bits_per_byte
 
 HAS_DEEPFOCUS = importlib.util.find_spec("deepfocus") is not None
@@ -32,38 +33,6 @@ def _rows(model, ids):
     if head is not None and head.weight is not model.get_input_embeddings().weight:
         rows["output"] = head.weight.detach()[ids]
     return rows
-
-
-def _deepfocus_rows(tokenizer, source, matrix, path, shared=None):
-    """deepfocus's FOCUS on the same inputs; with `shared`, its overlap is replaced by ours (see the caller)."""
-    import deepfocus.focus as reference
-    from deepfocus.vocab_helper import NewToken, TokenClass
-
-    original = reference.get_overlapping_tokens
-
-    def same_overlap(**kwargs):
-        overlap, new = original(**kwargs)
-        for key, info in list(overlap.items()):
-            if info.target.id not in shared:
-                new[key] = NewToken(target=info.target)
-                del overlap[key]
-            elif info.source[0].id != shared[info.target.id]:
-                index = shared[info.target.id]
-                info.source = [TokenClass(source.convert_ids_to_tokens(index), index, "", "", "", "", False)]
-        return overlap, new
-
-    rare = reference.is_very_rare_token
-
-    def not_line_end(token, model):  # fastText's line-end word "</s>" is no token vector (it matches EOS by name)
-        return token == "</s>" or rare(token, model)
-
-    reference.get_overlapping_tokens = same_overlap if shared is not None else original
-    reference.is_very_rare_token = not_line_end
-    try:
-        return reference.FOCUS(target_tokenizer=tokenizer, source_tokenizer=source, source_embeddings=matrix,
-                               fasttext_model_path=path, verbosity="silent")
-    finally:
-        reference.get_overlapping_tokens, reference.is_very_rare_token = original, rare
 
 
 @pytest.mark.skipif(not HAS_DEEPFOCUS, reason="deepfocus is not installed (a benchmark-only dependency)")
@@ -94,7 +63,8 @@ def test_focus_gives_the_rows_of_deepfocus(tokenizers_en, tokenizers_ru, token_v
     assert len(with_vector) == record.diagnostics["new_with_vector"] > 100
     ours = _rows(model, torch.tensor(with_vector))
     for side, matrix in before.items():
-        theirs = _deepfocus_rows(tokenizer, source, matrix, vectors.source, None if family == "unigram" else shared)
+        theirs = deepfocus_rows(tokenizer, source, matrix, vectors.source,
+                                shared=None if family == "unigram" else shared)
         cosine = torch.cosine_similarity(ours[side], theirs[with_vector], dim=1)
         assert cosine.min() > 0.999, (side, cosine.min())
 
