@@ -22,7 +22,7 @@ from ..wordvectors import WordVectors
 from .base import InitContext, InitResult, median_norm, per_dimension_normal
 from .hypernet import Encoder, predict, train_hypernetwork
 from .neighbors import summarize
-from .wordmatch import Factorization, WordSets, factorize, match_words, multilingual_vectors
+from .wordmatch import Factorization, WordSets, factorize, multilingual_vectors, token_word_sets
 
 __all__ = ["HyperOfaConfig", "init_hyperofa"]
 
@@ -74,10 +74,7 @@ class HyperOfaConfig:
 def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
     """Train the hypernetwork on old tokens, predict coordinates of new tokens, project them to rows."""
     vectors = multilingual_vectors(config.word_vectors, "hyperofa")
-    source_sets = match_words(context.source_tokenizer, vectors.words, len(context.source_input),
-                              desc="HyperOFA: old tokens")
-    target_sets = match_words(context.target_tokenizer, vectors.words, len(context.alignment.target_forms),
-                              desc="HyperOFA: new tokens")
+    source_sets, target_sets = token_word_sets(context, vectors.words, "HyperOFA")
     factors = [factorize(m, config.rank) for m in (context.source_input, context.source_output) if m is not None]
     coordinates = torch.cat([f.coordinates for f in factors], dim=1)
     special = {i for i, form in enumerate(context.alignment.source_forms) if form.special or form.added}

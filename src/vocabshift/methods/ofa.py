@@ -20,7 +20,7 @@ from ..registry import register_method
 from ..wordvectors import WordVectors
 from .base import InitContext, InitResult, per_dimension_normal
 from .neighbors import SparseWeights, summarize, topk_neighbors
-from .wordmatch import factorize, match_words, multilingual_vectors
+from .wordmatch import factorize, multilingual_vectors, token_word_sets
 
 __all__ = ["OfaConfig", "init_ofa"]
 
@@ -65,9 +65,7 @@ class OfaConfig:
 def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
     """Initialize new rows as OFA combinations of similar old tokens' rows; tokens in no word get random rows."""
     vectors = multilingual_vectors(config.word_vectors, "ofa")
-    source_sets = match_words(context.source_tokenizer, vectors.words, len(context.source_input), desc="OFA: old tokens")
-    target_sets = match_words(context.target_tokenizer, vectors.words, len(context.alignment.target_forms),
-                              desc="OFA: new tokens")
+    source_sets, target_sets = token_word_sets(context, vectors.words, "OFA")
     new_ids = torch.tensor(context.alignment.new_ids, dtype=torch.long)
     covered = torch.from_numpy(target_sets.counts() > 0)[new_ids]
     keys = torch.from_numpy(source_sets.counts() > 0).nonzero().squeeze(1)

@@ -17,8 +17,9 @@ from huggingface_hub.utils import tqdm
 
 from ..errors import WordVectorsError
 from ..wordvectors import WordVectors, load_word_vectors
+from .base import InitContext
 
-__all__ = ["Factorization", "WordSets", "factorize", "match_words", "multilingual_vectors"]
+__all__ = ["Factorization", "WordSets", "factorize", "match_words", "multilingual_vectors", "token_word_sets"]
 
 _BATCH = 4096
 _BLOCK = 8192
@@ -84,6 +85,14 @@ def match_words(tokenizer: Any, words: list[str], num_tokens: int, *, desc: str)
     pairs = pairs[:, pairs[0] < num_tokens]
     offsets = np.searchsorted(pairs[0], np.arange(num_tokens + 1))
     return WordSets(offsets, pairs[1])
+
+
+def token_word_sets(context: InitContext, words: list[str], name: str) -> tuple[WordSets, WordSets]:
+    """The words of each old token (source tokenizer) and of each target token (target tokenizer)."""
+    source = match_words(context.source_tokenizer, words, len(context.source_input), desc=f"{name}: old tokens")
+    target = match_words(context.target_tokenizer, words, len(context.alignment.target_forms),
+                         desc=f"{name}: new tokens")
+    return source, target
 
 
 def _variants(word: str) -> list[str]:
