@@ -5,15 +5,15 @@ Russian tokenizer, both given the same already-trained token-level fastText mode
     pip install numba scipy datasets
     python benchmarks/bench_focus_vs_deepfocus.py
 
-fastText training is timed separately (a fresh training into a temporary folder, the same settings as the cached
-model both methods use). vocabshift is timed end to end (`model.extend_vocabulary(..., method="focus",
-word_vectors=path)`: merge in extend mode, alignment, FOCUS, writing the rows) and its FOCUS step alone (the registered
-function, given the alignment: reading the vectors, anchors, sparsemax, rows); deepfocus's `FOCUS(...)` is timed on its first call in the
-process (numba compiles then) and on a second call. Rows: per-row cosine of the rows both combine (tokens with a
-fastText vector), out of the box and with deepfocus given our shared pairs (its decoded-string canonicalization maps
-partial UTF-8 tokens to U+FFFD, so it copies some rows from unrelated tokens; and it uses fastText's line-end word
-"</s>" as the vector of the EOS token "</s>" where the tokenizer has one, which the same-overlap run turns off). Results:
-benchmarks/results/focus_vs_deepfocus.md.
+fastText training is timed separately (a fresh training into a temporary folder, the same settings as the cached model
+both methods use). vocabshift is timed end to end (`model.extend_vocabulary(..., method="focus", word_vectors=path)`:
+merge in extend mode, alignment, FOCUS, writing the rows) and its FOCUS step alone (the registered function, given the
+alignment: reading the vectors, anchors, sparsemax, rows), median of 3 runs; deepfocus's `FOCUS(...)` is timed on its
+first call in the process (numba compiles then) and as the median of 3 later calls. Rows: per-row cosine of the rows
+both combine (tokens with a fastText vector), out of the box and with deepfocus given our shared pairs (its
+decoded-string canonicalization maps partial UTF-8 tokens to U+FFFD, so it copies some rows from unrelated tokens; and
+it uses fastText's line-end word "</s>" as the vector of the EOS token "</s>" where the tokenizer has one, which the
+same-overlap run turns off). Results: benchmarks/results/focus_vs_deepfocus.md.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from vocabshift import registry
 from vocabshift.testing.deepfocus import deepfocus_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPEATS = 3  # runs of ours and later deepfocus calls per mode; medians are reported
 
 
 def _deepfocus(tokenizer, source, matrix, path, shared=None, extend_tokenizer=None):
@@ -68,28 +70,38 @@ def _timed_method(name: str):
         registry._METHODS[name] = spec
 
 
-def run_mode(mode: str, source, new, vectors) -> dict:
+def _ours(mode: str, source, new, vectors) -> tuple:
+    """One `extend_vocabulary(method="focus")` on a fresh SmolLM2: (model, tokenizer, seconds end to end, FOCUS step)."""
     model = AutoModelForCausalLM.from_pretrained(common.SMOLLM2).eval()
-    matrix = model.get_input_embeddings().weight.detach().clone()
     started = time.perf_counter()
     with _timed_method("focus") as method_seconds:
         tokenizer = model.extend_vocabulary(new, method="focus", mode=mode, source_tokenizer=source,
                                             word_vectors=vectors.source)
-    ours_seconds = time.perf_counter() - started
+    return model, tokenizer, time.perf_counter() - started, method_seconds[0]
+
+
+def run_mode(mode: str, source, new, vectors) -> dict:
+    """REPEATS runs of ours (median reported), then deepfocus's first call and the median of REPEATS more."""
+    runs = [_ours(mode, source, new, vectors) for _ in range(REPEATS)]
+    model, tokenizer = runs[0][:2]
     record = vocabshift.get_record(model)
+    matrix = AutoModelForCausalLM.from_pretrained(common.SMOLLM2).get_input_embeddings().weight.detach().clone()
     words = set(vectors.words)
     compared = torch.tensor([i for i in record.new_ids if tokenizer.convert_ids_to_tokens(i) in words])
     ours = model.get_input_embeddings().weight.detach()[compared]
     extend_tokenizer = new if mode == "extend" else None
     first, first_seconds = _deepfocus(tokenizer, source, matrix, vectors.source, extend_tokenizer=extend_tokenizer)
-    _, second_seconds = _deepfocus(tokenizer, source, matrix, vectors.source, extend_tokenizer=extend_tokenizer)
+    later = [_deepfocus(tokenizer, source, matrix, vectors.source, extend_tokenizer=extend_tokenizer)[1]
+             for _ in range(REPEATS)]
     aligned, _ = _deepfocus(tokenizer, source, matrix, vectors.source, dict(record.shared_pairs()), extend_tokenizer)
     return {
         "mode": mode,
-        "vocabshift_seconds": round(ours_seconds, 2),
-        "vocabshift_method_seconds": round(method_seconds[0], 2),
+        "vocabshift_seconds": round(statistics.median(run[2] for run in runs), 2),
+        "vocabshift_method_seconds": round(statistics.median(run[3] for run in runs), 2),
+        "vocabshift_method_seconds_all": [round(run[3], 2) for run in runs],
         "deepfocus_first_call_seconds": round(first_seconds, 2),
-        "deepfocus_second_call_seconds": round(second_seconds, 2),
+        "deepfocus_second_call_seconds": round(statistics.median(later), 2),
+        "deepfocus_later_calls_seconds_all": [round(x, 2) for x in later],
         "rows_out_of_the_box": _cosines(ours, first[compared]),
         "rows_same_overlap": _cosines(ours, aligned[compared]),
     }
@@ -111,8 +123,9 @@ def main() -> None:
         f"(its training, timed separately: {results['fasttext_training_seconds']} s, one thread). Machine load "
         f"(1/5/15 min) at the end: {'/'.join(f'{x:.1f}' for x in os.getloadavg())} on 2 cores.",
         "",
-        "| mode | vocabshift s: end to end / FOCUS step | deepfocus s (1st call / 2nd call) | speed-up of the FOCUS "
-        "step (1st / 2nd) | speed-up end to end (1st / 2nd) | rows > 0.999 cosine, out of the box | same overlap |",
+        "| mode | vocabshift s (median of 3): end to end / FOCUS step | deepfocus s (1st call / median of 3 later) "
+        "| speed-up of the FOCUS step (1st / later) | speed-up end to end (1st / later) | rows > 0.999 cosine, out "
+        "of the box | same overlap |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in results["modes"]:

@@ -1,11 +1,11 @@
-"""Blockwise similarity helpers equal their dense counterparts; SVD factorization; SALT's least squares is e A⁺."""
+"""Blockwise similarity helpers equal their dense counterparts; SVD factorization; SALT's least squares is e A⁺; column statistics."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from vocabshift.methods import neighbors
+from vocabshift.methods import base, neighbors
 from vocabshift.methods.neighbors import SparseWeights, normalize, sparsemax, sparsemax_neighbors, topk_neighbors
 from vocabshift.methods.salt import _least_squares
 from vocabshift.methods.wordmatch import factorize
@@ -39,6 +39,28 @@ def test_sparsemax_neighbors_equals_the_dense_computation(monkeypatch, temperatu
     torch.testing.assert_close(sparsemax(scores), expected, rtol=0, atol=1e-12)
     if temperature == 20.0:  # flat scores: supports beyond the first 64 candidates, found by widening
         assert weights.support_sizes().max() > 64
+
+
+def test_sparsemax_neighbors_is_exact_where_float32_cannot_rank(monkeypatch):
+    """The support's edge between keys whose cosines differ by less than float32 resolution: with sparsemax over
+    [1, 0.6], tau is 0.3, so the key at 0.3 + 1e-9 gets a tiny weight and the 30 at 0.3 - 1e-9 none. float32 ranks
+    them at random (a float32 ranking with float64 rescoring of its top candidates misses it unless it widens while
+    the lowest rescored score is near tau)."""
+    monkeypatch.setattr(neighbors, "_START_CANDIDATES", 8)
+    generator = torch.Generator().manual_seed(2)
+
+    def key(cosine: float) -> torch.Tensor:  # a unit vector at `cosine` to the first axis
+        rest = torch.randn(7, dtype=torch.float64, generator=generator)
+        return torch.cat([torch.tensor([cosine], dtype=torch.float64), (1 - cosine**2) ** 0.5 * rest / rest.norm()])
+
+    edge = [key(0.3 - 1e-9) for _ in range(30)] + [key(0.3 + 1e-9)]
+    others = [key(-0.5 * float(torch.rand(1, generator=generator))) for _ in range(100)]
+    keys = torch.stack([key(1.0), key(0.6), *edge, *others])
+    queries = torch.eye(8, dtype=torch.float64)[:1]
+    weights = sparsemax_neighbors(queries, keys)
+    expected = _reference_sparsemax(normalize(queries) @ normalize(keys).T)
+    assert expected[0, 32] > 0 and (expected[0] > 0).sum() == 3
+    torch.testing.assert_close(_dense(weights, len(keys)), expected, rtol=0, atol=1e-12)
 
 
 def test_topk_neighbors_and_weighted_rows_equal_dense(monkeypatch):
@@ -106,3 +128,12 @@ def test_factorize_reconstructs_and_orders_by_singular_value():
     best = (u[:, :4] * s[:4]) @ v[:4]
     torch.testing.assert_close((low.coordinates @ low.primitives).double(), best, atol=1e-4, rtol=1e-4)
     assert low.explained == pytest.approx(float((s[:4] ** 2).sum() / (s**2).sum()), rel=1e-6)
+
+
+def test_column_std_mean_equals_torch(monkeypatch):
+    monkeypatch.setattr(base, "_BLOCK", 7)  # several blocks and a short last one
+    matrix = torch.randn(100, 5, generator=torch.Generator().manual_seed(3)) * 0.02 + 0.5
+    std, mean = base.column_std_mean(matrix)
+    expected_std, expected_mean = torch.std_mean(matrix.double(), dim=0)
+    torch.testing.assert_close(std, expected_std.float(), rtol=1e-5, atol=0)
+    torch.testing.assert_close(mean, expected_mean.float(), rtol=1e-6, atol=0)

@@ -92,17 +92,15 @@ class WordVectors:
         A key has a vector when it is in the vocabulary, or, with `compose=True` and a fastText model, when its
         character n-grams give a non-zero vector (how fastText embeds unseen words).
         """
+        index = np.array([self._index.get(key, -1) for key in keys], dtype=np.int64)  # None is never a word
+        found = index >= 0
         out = np.zeros((len(keys), self.dim), dtype=np.float32)
-        found = np.zeros(len(keys), dtype=bool)
-        for row, key in enumerate(keys):
-            if key is None:
-                continue
-            index = self._index.get(key)
-            if index is not None:
-                out[row], found[row] = self.vectors[index], True
-            elif compose and self._model is not None:
-                out[row] = self._model.get_word_vector(key)
-                found[row] = bool(np.any(out[row]))
+        out[found] = self.vectors[index[found]]
+        if compose and self._model is not None:
+            for row in np.flatnonzero(~found):
+                if keys[row] is not None:
+                    out[row] = self._model.get_word_vector(keys[row])
+                    found[row] = bool(np.any(out[row]))
         return out, found
 
     def token_keys(self, forms: Sequence[TokenForm], family: Family, level: Literal["token", "word"]) -> list[str | None]:

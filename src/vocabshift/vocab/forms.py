@@ -72,8 +72,9 @@ def byte_alphabet() -> dict[int, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    return {char: byte for byte, char in byte_alphabet().items()}
+def _byte_decoder() -> tuple[frozenset[str], dict[int, str]]:
+    """The alphabet's characters, and a `str.translate` table from them to the latin-1 character of their byte."""
+    return frozenset(byte_alphabet().values()), {ord(char): chr(byte) for byte, char in byte_alphabet().items()}
 
 
 def backend_state(tokenizer: Any) -> dict[str, Any]:
@@ -121,10 +122,8 @@ def _model_strings(state: dict[str, Any]) -> dict[int, str]:
 
 def _model_form(piece: str, family: Family, state: dict[str, Any]) -> TokenForm:
     if family == "bytelevel":
-        try:
-            raw = bytes(map(_byte_decoder().__getitem__, piece))
-        except KeyError:  # not in the byte alphabet: a plain string
-            raw = piece.encode()
+        alphabet, table = _byte_decoder()
+        raw = piece.translate(table).encode("latin-1") if alphabet.issuperset(piece) else piece.encode()  # else plain
         return TokenForm(raw[1:], True) if raw.startswith(b" ") else TokenForm(raw)
     if family == "wordpiece":
         prefix = state["model"].get("continuing_subword_prefix") or "##"
@@ -163,8 +162,7 @@ def token_forms(tokenizer: Any, state: dict[str, Any] | None = None) -> list[Tok
 def native_string(form: TokenForm, family: Family) -> str | None:
     """How a (non-added) token form is written in a tokenizer model of `family`, or None if it cannot be."""
     if family == "bytelevel":
-        alphabet = byte_alphabet()
-        return "".join(alphabet[b] for b in form.surface)
+        return form.surface.decode("latin-1").translate(byte_alphabet())  # latin-1: one character per byte
     if family == "sentencepiece" and (form.fallback or not _is_utf8(form.data)):
         return f"<0x{form.surface[0]:02X}>" if len(form.surface) == 1 else None
     try:
