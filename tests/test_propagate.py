@@ -178,3 +178,14 @@ def test_output_is_the_instruct_model_with_the_adapted_vocabulary(family, tmp_pa
     assert index["metadata"]["total_size"] == tensor_bytes(out)
     assert index["weight_map"] == json.loads((folders["instruct"] / "model.safetensors.index.json").read_text()
                                              )["weight_map"]
+
+
+def test_swap_measures_its_identity_residual_on_spread_runs(monkeypatch):
+    from vocabshift.propagation import fit
+
+    monkeypatch.setattr(fit, "_SWAP_SAMPLE", 64)
+    ids = torch.arange(1000) * 3
+    sample = fit._spread_runs(ids, runs=4)
+    assert len(sample) == 64 and set(sample.tolist()) <= set(ids.tolist())
+    assert sample[0] == 0 and sample[-1] == ids[-1]  # the runs reach both ends
+    assert len(torch.unique(sample)) == 64 and torch.equal(fit._spread_runs(ids[:50], runs=4), ids[:50])

@@ -55,9 +55,9 @@ def _record_reads(monkeypatch, read: list[Path], copied: list[tuple[Path, str]])
     the files copied byte for byte; a copy that reads through Python buffers (`copyfileobj`) fails."""
     gather, copy_range, copyfile = shards.Matrix.gather, shards._copy_range, shards.shutil.copyfile
 
-    def recorded_gather(self, ids):
+    def recorded_gather(self, ids, **kwargs):
         read.append(self.path)
-        return gather(self, ids)
+        return gather(self, ids, **kwargs)
 
     def recorded_copy_range(source, target, begin, end, path):
         read.append(path)

@@ -84,3 +84,12 @@ def test_copies_and_hard_links(shard, tmp_path):
             assert target.read_bytes() == path.read_bytes() and not os.path.samefile(path, target)
         finally:
             target.unlink(missing_ok=True)
+
+
+def test_gather_into_a_reused_buffer(tmp_path):
+    tensors = {"embed.weight": torch.randn(40, 8)}
+    save_file(tensors, tmp_path / "model.safetensors")
+    matrix = Matrix(read_header(tmp_path / "model.safetensors"), "embed.weight")
+    buffer = torch.empty(10 * matrix.row_bytes, dtype=torch.uint8)
+    for ids in (torch.arange(0, 10), torch.tensor([39, 3, 3, 17]), torch.arange(30, 40)):
+        assert torch.equal(matrix.gather(ids, buffer=buffer), tensors["embed.weight"][ids])

@@ -22,6 +22,7 @@ __all__ = ["METHODS", "Fit", "FitPairs", "fit_map"]
 
 METHODS = ("swap", "overlap", "conversion")
 _BLOCK_BYTES = 32 * 2**20
+_SWAP_SAMPLE = 8192  # pairs on which `swap` measures the identity residual (a diagnostic; reading all costs seconds)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class Fit:
 
     Attributes:
         weight (`torch.Tensor | None`): the `(hidden, hidden)` float32 map; None for the identity (`swap`).
-        rows (`int`): row pairs it was fitted (or, for `swap`, measured) on.
+        rows (`int`): row pairs it was fitted on (for `swap`: measured on, at most 8,192 in 16 evenly spaced
+            runs).
         residual (`float`): ‖E_b W − E_i‖ / ‖E_i‖ over those pairs.
         identity_residual (`float`): the same for W = I (how far the instruct rows moved from the base ones).
     """
@@ -70,17 +72,37 @@ class _NormalEquations:
         self.target_norm = 0.0
         self.identity_error = 0.0
 
+    def add_norms(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        """The norms alone, all that `swap` needs: row norms in float32, summed in float64 (3x faster than float64
+        throughout, relative error about 1e-9)."""
+        self.target_norm += _squared_norm(b)
+        self.identity_error += _squared_norm(a - b)
+
     def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        self.add_norms(a, b)
+        a, b = a.double(), b.double()
         self.gram.addmm_(a.T, a)
         self.cross.addmm_(a.T, b)
-        self.target_norm += float(b.square().sum())
-        self.identity_error += float((a - b).square().sum())
 
     def solve(self) -> tuple[torch.Tensor, float]:
         """W (float64) and ‖AW − B‖² computed from the accumulated products."""
         weight = torch.linalg.lstsq(self.gram, self.cross, driver="gelsy").solution
         error = self.target_norm - 2 * float((weight * self.cross).sum()) + float((weight * (self.gram @ weight)).sum())
         return weight, max(error, 0.0)
+
+
+def _spread_runs(ids: torch.Tensor, runs: int = 16) -> torch.Tensor:
+    """At most `_SWAP_SAMPLE` ids: `runs` evenly spaced runs of consecutive entries (read in few calls, unlike
+    a strided sample)."""
+    if len(ids) <= _SWAP_SAMPLE:
+        return ids
+    length = _SWAP_SAMPLE // runs
+    starts = torch.linspace(0, len(ids) - length, runs).long().tolist()
+    return torch.cat([ids[start : start + length] for start in starts])
+
+
+def _squared_norm(rows: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(rows, dim=1).double().square().sum())
 
 
 def _step(hidden: int) -> int:
@@ -92,15 +114,15 @@ def _group_means(matrix: Matrix, groups: Sequence[Sequence[int]]) -> torch.Tenso
     lengths = torch.tensor([len(group) for group in groups])
     sums = torch.zeros(len(groups), matrix.hidden, dtype=torch.float64)
     sums.index_add_(0, torch.repeat_interleave(lengths), matrix.gather(flat).double())
-    return sums / lengths[:, None]
+    return (sums / lengths[:, None]).float()
 
 
 def _pair_blocks(base: Matrix, instruct: Matrix, pairs: FitPairs) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(base rows, instruct rows) blocks in float64: single ids, then group means."""
+    """(base rows, instruct rows) blocks in float32: single ids, then group means (averaged in float64)."""
     step = _step(base.hidden)
     for start in range(0, len(pairs.single), step):
         ids = pairs.single[start : start + step]
-        yield base.gather(ids).double(), instruct.gather(ids).double()
+        yield base.gather(ids).float(), instruct.gather(ids).float()
     for start in range(0, len(pairs.groups), step):
         groups = pairs.groups[start : start + step]
         yield _group_means(base, groups), _group_means(instruct, groups)
@@ -118,14 +140,12 @@ def fit_map(method: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, sid
     Returns:
         `Fit`
     """
+    if method == "swap":  # nothing to fit: the identity residual is measured on a sample of the pairs
+        pairs = FitPairs(_spread_runs(pairs.single))
     equations = _NormalEquations(base.hidden)
     total = sum(-(-count // _step(base.hidden)) for count in (len(pairs.single), len(pairs.groups)))
     for a, b in tqdm(_pair_blocks(base, instruct, pairs), desc=f"Fitting W ({side})", leave=False, total=total):
-        if method == "swap":
-            equations.target_norm += float(b.square().sum())
-            equations.identity_error += float((a - b).square().sum())
-        else:
-            equations.add(a, b)
+        (equations.add_norms if method == "swap" else equations.add)(a, b)
     identity = (equations.identity_error / equations.target_norm) ** 0.5 if equations.target_norm else 0.0
     if method == "swap":
         return Fit(None, pairs.count, identity, identity)

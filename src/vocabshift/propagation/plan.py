@@ -75,18 +75,28 @@ def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, in
                       ) -> Iterator[torch.Tensor]:
     """The output rows of one side in float32, in blocks of about 32 MB (see the module docstring)."""
     step = max(1, _BLOCK_BYTES // (4 * adapted.hidden))
+    buffers = [torch.empty(step * matrix.row_bytes, dtype=torch.uint8) for matrix in (base, instruct)]
     for start in tqdm(range(0, plan.rows, step), desc=f"Propagating rows ({side})", leave=False):
         stop = min(start + step, plan.rows)
-        out = torch.zeros(stop - start, adapted.hidden)
         inside = max(0, min(stop, adapted.rows) - start)
-        old = plan.old_of[start : start + inside]
-        shared = (old >= 0).nonzero().squeeze(1)
+        out = torch.zeros(stop - start - inside, adapted.hidden)
         if inside:
+            old = plan.old_of[start : start + inside]
+            shared = (old >= 0).nonzero().squeeze(1)
             delta = adapted.read(start, start + inside).float()
-            delta[shared] -= base.gather(old[shared]).float()
-            out[:inside] = fit.apply(delta)
-            out[shared] += instruct.gather(old[shared]).float()
+            _add_rows(delta, shared, base.gather(old[shared], buffer=buffers[0]).float(), sign=-1)
+            mapped = fit.apply(delta)
+            _add_rows(mapped, shared, instruct.gather(old[shared], buffer=buffers[1]).float(), sign=1)
+            out = torch.cat([mapped, out]) if len(out) else mapped
         copy = plan.copy_of[start:stop]
         copied = (copy >= 0).nonzero().squeeze(1)
         out[copied] = instruct.gather(copy[copied]).float()
         yield out
+
+
+def _add_rows(target: torch.Tensor, index: torch.Tensor, rows: torch.Tensor, *, sign: int) -> None:
+    """`target[index] += sign * rows` in place; without indexing when `index` is every row (the common block)."""
+    if len(index) == len(target):  # index is sorted and unique: it is 0..n-1
+        target.add_(rows, alpha=sign)
+    else:
+        target.index_add_(0, index, rows, alpha=sign)

@@ -125,8 +125,13 @@ class Matrix:
         self.dtype = FLOAT_DTYPES[info.dtype]
         self.row_bytes = self.hidden * self.dtype.itemsize
 
-    def gather(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `ids` (any order, repeats allowed) in the stored dtype; consecutive ids are read in one call."""
+    def gather(self, ids: torch.Tensor, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids` (any order, repeats allowed) in the stored dtype; consecutive ids are read in one call.
+
+        With `buffer` (uint8, at least `len(ids) * row_bytes`), the rows are read into it: a loop over blocks that
+        passes the same buffer touches its pages once (fresh memory costs a page fault per 4 kB). The result may
+        then share its memory and is only valid until the buffer's next use.
+        """
         unique, inverse = torch.unique(ids, return_inverse=True)
         if len(unique) == 0:
             return torch.empty((0, self.hidden), dtype=self.dtype)
@@ -134,13 +139,14 @@ class Matrix:
         if values[0] < 0 or values[-1] >= self.rows:
             raise IndexError(f"row ids {values[0]}..{values[-1]} outside the {self.rows} rows of {self.key}")
         breaks = np.flatnonzero(np.diff(values) != 1) + 1
-        buffer = bytearray(len(values) * self.row_bytes)
-        view = memoryview(buffer)
+        size = len(values) * self.row_bytes
+        buffer = torch.empty(size, dtype=torch.uint8) if buffer is None else buffer[:size]  # not zero-filled
+        view = memoryview(buffer.numpy())
         with open(self.path, "rb", buffering=0) as handle:
             for first, last in zip([0, *breaks], [*breaks, len(values)]):
                 _pread_into(handle.fileno(), view[first * self.row_bytes : last * self.row_bytes],
                             self.info.begin + int(values[first]) * self.row_bytes, self.path)
-        rows = torch.frombuffer(buffer, dtype=self.dtype).view(len(values), self.hidden)
+        rows = buffer.view(self.dtype).view(len(values), self.hidden)
         return rows if len(values) == len(ids) and torch.equal(unique, ids) else rows[inverse]
 
     def read(self, start: int, stop: int) -> torch.Tensor:
