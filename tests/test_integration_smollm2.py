@@ -14,9 +14,9 @@ from vocabshift.training import bits_per_byte
 
 pytestmark = pytest.mark.integration
 
-# The issue asked for at most +25% over the original model at step 0. Measured here: +33% for `subword` in extend
-# mode (+29% in replace mode); see the closing note of issue 2. This bound guards against regressions.
-STEP0_RATIO_BOUND = 1.40
+# The issue asks for at most +25% over the original model at step 0. Measured here: +24.7% for `subword` in extend
+# mode with the tied mean shift (+33% without it).
+STEP0_RATIO_BOUND = 1.25
 
 
 @pytest.fixture(scope="module")
