@@ -29,10 +29,11 @@ def _new_rows(model, record, output=False):
 
 
 def test_tied_composed_rows_move_by_the_shift_times_the_mean_row(tokenizers_en, tokenizers_ru):
-    plain, old, record = _extend("qwen2-tied", tokenizers_en, tokenizers_ru, tied_mean_shift=0.0)
-    shifted, _, shifted_record = _extend("qwen2-tied", tokenizers_en, tokenizers_ru)
+    plain, old, record = _extend("qwen2-tied", tokenizers_en, tokenizers_ru)
+    shifted, _, shifted_record = _extend("qwen2-tied", tokenizers_en, tokenizers_ru, tied_mean_shift=0.25)
     composed = torch.tensor([len(p) > 1 for p in record.decomposition_lists()])
-    assert composed.sum() > 100 and shifted_record.diagnostics["tied_mean_shift"] == 0.25
+    assert composed.sum() > 100 and record.diagnostics["tied_mean_shift"] == 0.0
+    assert shifted_record.diagnostics["tied_mean_shift"] == 0.25
     difference = _new_rows(plain, record) - _new_rows(shifted, shifted_record)
     torch.testing.assert_close(difference[composed], (0.25 * old.mean(dim=0)).expand(int(composed.sum()), -1))
     assert torch.equal(difference[~composed], torch.zeros_like(difference[~composed]))
@@ -40,11 +41,11 @@ def test_tied_composed_rows_move_by_the_shift_times_the_mean_row(tokenizers_en, 
 
 
 def test_untied_rows_ignore_the_shift(tokenizers_en, tokenizers_ru):
-    plain, _, record = _extend("llama-untied", tokenizers_en, tokenizers_ru, tied_mean_shift=0.0)
-    default, _, default_record = _extend("llama-untied", tokenizers_en, tokenizers_ru)
-    assert default_record.diagnostics["tied_mean_shift"] == 0.0
+    plain, _, record = _extend("llama-untied", tokenizers_en, tokenizers_ru)
+    asked, _, asked_record = _extend("llama-untied", tokenizers_en, tokenizers_ru, tied_mean_shift=0.25)
+    assert asked_record.diagnostics["tied_mean_shift"] == 0.0
     for output in (False, True):
-        assert torch.equal(_new_rows(plain, record, output), _new_rows(default, default_record, output))
+        assert torch.equal(_new_rows(plain, record, output), _new_rows(asked, asked_record, output))
 
 
 @pytest.mark.parametrize("value", [-0.1, 1.5, math.nan])
