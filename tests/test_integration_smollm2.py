@@ -15,8 +15,10 @@ from vocabshift.training import bits_per_byte
 pytestmark = pytest.mark.integration
 
 # The issue asked for at most +25% over the original model at step 0. Measured here: +33% for `subword` in extend
-# mode (+29% in replace mode); see the closing note of issue 2. This bound guards against regressions.
+# mode (+29% in replace mode); see the closing note of issue 2. This bound guards against regressions. The option
+# tied_mean_shift=0.25 meets the +25% (+24.7%) but slows embedding-only training, so it is measured, not the default.
 STEP0_RATIO_BOUND = 1.40
+SHIFTED_RATIO_BOUND = 1.25
 
 
 @pytest.fixture(scope="module")
@@ -34,22 +36,27 @@ def test_subword_extension_of_smollm2(smollm2_setup):
     en = held_out_split(read_corpus("en"), 200)[1]
     figures = {"original": {"ru": bits_per_byte(base, source, ru), "en": bits_per_byte(base, source, en),
                             "tokens/word": vocabshift.tokens_per_word(source, ru)}}
-    for method in ("subword", "mean", "random"):
+    for method, options in (("subword", {}), ("mean", {}), ("random", {}), ("shifted", {"tied_mean_shift": 0.25})):
         model = copy.deepcopy(base)
-        tokenizer = model.extend_vocabulary(russian, method=method, source_tokenizer=source)
+        name = "subword" if method == "shifted" else method
+        tokenizer = model.extend_vocabulary(russian, method=name, source_tokenizer=source, **options)
         figures[method] = {"ru": bits_per_byte(model, tokenizer, ru), "tokens/word": vocabshift.tokens_per_word(
             tokenizer, ru)}
-        if method == "subword":
+        if method in ("subword", "shifted"):
             figures[method]["en"] = bits_per_byte(model, tokenizer, en)
+        if method == "subword":
             record = vocabshift.get_record(model)
     print("\nSmolLM2-135M-Instruct, extend mode, 16k Russian BPE, 200 held-out lines per language")
     print(f"added {len(record.new_ids)} tokens; subword diagnostics {record.diagnostics}")
     for name, row in figures.items():
         print(f"{name:>9}: " + ", ".join(f"{k} {v:.4f}" for k, v in row.items()))
-    original, subword = figures["original"], figures["subword"]
+    print("(shifted: subword with tied_mean_shift=0.25)")
+    original, subword, shifted = figures["original"], figures["subword"], figures["shifted"]
     print(f"ratios vs original: ru bpb {subword['ru'] / original['ru']:.3f}, en bpb {subword['en'] / original['en']:.4f}, "
-          f"tokens/word {subword['tokens/word'] / original['tokens/word']:.3f}")
+          f"tokens/word {subword['tokens/word'] / original['tokens/word']:.3f}; shifted: ru bpb "
+          f"{shifted['ru'] / original['ru']:.3f}, en bpb {shifted['en'] / original['en']:.4f}")
     assert subword["tokens/word"] <= 0.6 * original["tokens/word"]
     assert subword["ru"] < figures["mean"]["ru"] and subword["ru"] < figures["random"]["ru"]
     assert subword["ru"] <= STEP0_RATIO_BOUND * original["ru"]
     assert subword["en"] <= 1.03 * original["en"]
+    assert shifted["ru"] <= SHIFTED_RATIO_BOUND * original["ru"] and shifted["en"] <= 1.03 * original["en"]
