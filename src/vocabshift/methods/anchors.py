@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import MethodOptionError, WordVectorsError
-from ..vocab.forms import backend_state, detect_family, token_forms
+from ..vocab.forms import token_forms
 from ..wordvectors import WordVectors, load_word_vectors, train_word_vectors
 from .base import InitContext
 
@@ -82,7 +82,7 @@ def token_space(context: InitContext, vectors: WordVectors) -> TokenSpace:
         `WordVectorsError`: if the vectors cover none of the new tokens or none of the shared tokens.
     """
     alignment = context.alignment
-    family = detect_family(backend_state(context.target_tokenizer))
+    family = alignment.target_family
     language = context.new_tokenizer
     in_language = {form.key for form in token_forms(language)} if language is not None else None
     forms = alignment.target_forms

@@ -7,7 +7,7 @@ from typing import Any
 
 from huggingface_hub.utils import tqdm
 
-from .forms import TokenForm, backend_state, token_forms
+from .forms import Family, TokenForm, backend_state, detect_family, token_forms
 from .segment import Segmenter
 
 __all__ = ["Alignment", "align"]
@@ -25,6 +25,7 @@ class Alignment:
         new_ids (`list[int]`): target ids without a source token, sorted.
         decompositions (`list[list[int]]`): for each of `new_ids`, the source ids that the source tokenizer cuts
             that token's text into (in its word position); `[]` when the source tokenizer cannot represent it.
+        target_family (`str`): the target tokenizer's family (`"bytelevel"`, `"sentencepiece"` or `"wordpiece"`).
     """
 
     source_forms: list[TokenForm]
@@ -32,6 +33,7 @@ class Alignment:
     shared: list[tuple[int, int]]
     new_ids: list[int]
     decompositions: list[list[int]]
+    target_family: Family
 
 
 def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignment:
@@ -48,7 +50,8 @@ def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignme
     """
     source_state = backend_state(source)
     source_forms = token_forms(source, source_state)
-    target_forms = token_forms(target)
+    target_state = backend_state(target)
+    target_forms = token_forms(target, target_state)
     if keep_source_ids:
         shared = [(i, i) for i in range(len(source_forms))]
     else:
@@ -62,4 +65,4 @@ def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignme
     decompositions = [
         segmenter.segment(target_forms[t]) for t in tqdm(new_ids, desc="Decomposing new tokens", leave=False)
     ]
-    return Alignment(source_forms, target_forms, shared, new_ids, decompositions)
+    return Alignment(source_forms, target_forms, shared, new_ids, decompositions, detect_family(target_state))
