@@ -184,7 +184,7 @@ def report(figures: dict, options, load_before: str) -> str:
             for what, results in runs.items()),
         f"Building the models took {sizes['build_seconds']:.0f} s (not timed above).",
         f"Machine: before the run {load_before}; after it {machine_load()}.",
-        "Command: `nice -n 10 python benchmarks/bench_lep_stream.py " + " ".join(
+        "Command: `python benchmarks/bench_lep_stream.py " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(options).items()) + "`",
     ])
 
