@@ -91,8 +91,9 @@ def init_subword(context: InitContext, config: SubwordConfig) -> InitResult:
     input_rule = (config.output_weighting, config.output_norm) if context.tied else (config.input_weighting, config.input_norm)
     rows, input_norm = _compose(context.source_input, pieces, lengths, *input_rule, norm_rows)
     shift = config.tied_mean_shift if context.tied else 0.0
-    composed = torch.tensor([len(p) > 1 for p in pieces])
-    rows[composed] -= shift * context.source_input.mean(dim=0)
+    if shift:
+        composed = torch.tensor([len(p) > 1 for p in pieces], dtype=torch.bool)
+        rows[composed] -= shift * context.source_input.mean(dim=0)
     out_rows, output_norm = None, None
     if context.source_output is not None:
         out_rows, output_norm = _compose(
