@@ -73,8 +73,8 @@ class _NormalEquations:
         self.identity_error = 0.0
 
     def add_norms(self, a: torch.Tensor, b: torch.Tensor) -> None:
-        """The norms alone, all that `swap` needs: row norms in float32, summed in float64 (3x faster than float64
-        throughout, relative error about 1e-9)."""
+        """The norms alone, all that `swap` needs: row norms in the rows' dtype, summed in float64 (for float32 rows 3x
+        faster than float64 throughout, relative error about 1e-9)."""
         self.target_norm += _squared_norm(b)
         self.identity_error += _squared_norm(a - b)
 
@@ -114,11 +114,11 @@ def _group_means(matrix: Matrix, groups: Sequence[Sequence[int]]) -> torch.Tenso
     lengths = torch.tensor([len(group) for group in groups])
     sums = torch.zeros(len(groups), matrix.hidden, dtype=torch.float64)
     sums.index_add_(0, torch.repeat_interleave(lengths), matrix.gather(flat).double())
-    return (sums / lengths[:, None]).float()
+    return sums / lengths[:, None]
 
 
 def _pair_blocks(base: Matrix, instruct: Matrix, pairs: FitPairs) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(base rows, instruct rows) blocks in float32: single ids, then group means (averaged in float64)."""
+    """(base rows, instruct rows) blocks: single ids in float32, then group means in float64."""
     step = _step(base.hidden)
     for start in range(0, len(pairs.single), step):
         ids = pairs.single[start : start + step]
