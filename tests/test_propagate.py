@@ -189,3 +189,18 @@ def test_swap_measures_its_identity_residual_on_spread_runs(monkeypatch):
     assert len(sample) == 64 and set(sample.tolist()) <= set(ids.tolist())
     assert sample[0] == 0 and sample[-1] == ids[-1]  # the runs reach both ends
     assert len(torch.unique(sample)) == 64 and torch.equal(fit._spread_runs(ids[:50], runs=4), ids[:50])
+
+
+def test_the_map_skips_rows_cpt_left_unchanged():
+    from vocabshift.propagation.fit import Fit
+
+    generator = torch.Generator().manual_seed(0)
+    weight, rows = torch.randn(6, 6, generator=generator), torch.randn(5, 6, generator=generator)
+    rows[[1, 3]] = 0
+    fit, out = Fit(weight, rows=10, residual=0.1, identity_residual=0.2), torch.full((8, 6), float("nan"))
+    mapped = fit.apply(rows, out=out)
+    assert torch.equal(mapped[[1, 3]], torch.zeros(2, 6))  # exact zeros, not the buffer's leftovers
+    torch.testing.assert_close(mapped, rows @ weight, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fit.apply(rows[[0, 2]], out=out), rows[[0, 2]] @ weight, rtol=1e-6, atol=1e-6)
+    assert fit.apply(rows, out=out).data_ptr() == out.data_ptr()
+    assert Fit(None, rows=10, residual=0.2, identity_residual=0.2).apply(rows, out=out) is rows

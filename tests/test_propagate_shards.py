@@ -36,7 +36,13 @@ def test_rows_are_read_in_any_order(shard):
         Matrix(read_header(path), "a.ids")
 
 
-def test_rewrite_streams_the_replaced_tensor_and_copies_the_others(shard, tmp_path):
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_rewrite_streams_the_replaced_tensor_and_copies_the_others(shard, tmp_path, monkeypatch, chunk):
+    from vocabshift.propagation import shards
+
+    if chunk:  # writes and copies in many odd-sized slices
+        monkeypatch.setattr(shards, "_WRITE_CHUNK", chunk)
+        monkeypatch.setattr(shards, "_COPY_CHUNK", chunk + 2)
     path, tensors = shard
     new = torch.randn(13, 8, generator=torch.Generator().manual_seed(1))
     change = write_shard(tmp_path / "out.safetensors", read_header(path),

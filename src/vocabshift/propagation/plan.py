@@ -65,17 +65,21 @@ def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, 
 def fit_pairs(method: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPairs:
     """The pairs W is fitted on: shared ordinary tokens (added and special ones left out), plus for `conversion`
     the decompositions of the new tokens."""
-    added = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder())
-    single = sorted({old for _, old in record.shared_pairs() if old not in added and old < len(base_tokenizer)})
+    added, size = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder()), len(base_tokenizer)
+    single = sorted({old for _, old in record.shared_pairs() if old not in added and old < size})
     groups = [ids for ids in record.decomposition_lists() if ids] if method == "conversion" else []
     return FitPairs(torch.tensor(single, dtype=torch.long), groups)
 
 
 def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, instruct: Matrix, *, side: str
                       ) -> Iterator[torch.Tensor]:
-    """The output rows of one side in float32, in blocks of about 32 MB (see the module docstring)."""
+    """The output rows of one side in float32, in blocks of about 32 MB (see the module docstring).
+
+    The blocks share reused memory (fresh memory costs a page fault per 4 kB): each is valid until the next one.
+    """
     step = max(1, _BLOCK_BYTES // (4 * adapted.hidden))
-    buffers = [torch.empty(step * matrix.row_bytes, dtype=torch.uint8) for matrix in (base, instruct)]
+    raw = [torch.empty(step * matrix.row_bytes, dtype=torch.uint8) for matrix in (adapted, base, instruct)]
+    work = [torch.empty(step, adapted.hidden) for _ in range(2)]
     for start in tqdm(range(0, plan.rows, step), desc=f"Propagating rows ({side})", leave=False):
         stop = min(start + step, plan.rows)
         inside = max(0, min(stop, adapted.rows) - start)
@@ -83,15 +87,21 @@ def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, in
         if inside:
             old = plan.old_of[start : start + inside]
             shared = (old >= 0).nonzero().squeeze(1)
-            delta = adapted.read(start, start + inside).float()
-            _add_rows(delta, shared, base.gather(old[shared], buffer=buffers[0]).float(), sign=-1)
-            mapped = fit.apply(delta)
-            _add_rows(mapped, shared, instruct.gather(old[shared], buffer=buffers[1]).float(), sign=1)
+            delta = _as_float(adapted.gather(torch.arange(start, start + inside), buffer=raw[0]), work[0])
+            _add_rows(delta, shared, base.gather(old[shared], buffer=raw[1]), sign=-1)
+            mapped = fit.apply(delta, out=work[1])
+            _add_rows(mapped, shared, instruct.gather(old[shared], buffer=raw[2]), sign=1)
             out = torch.cat([mapped, out]) if len(out) else mapped
         copy = plan.copy_of[start:stop]
         copied = (copy >= 0).nonzero().squeeze(1)
-        out[copied] = instruct.gather(copy[copied]).float()
+        if len(copied):
+            out[copied] = instruct.gather(copy[copied]).float()
         yield out
+
+
+def _as_float(rows: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
+    """`rows` in float32: as they are, or converted into `work`."""
+    return rows if rows.dtype == torch.float32 else work[: len(rows)].copy_(rows)
 
 
 def _add_rows(target: torch.Tensor, index: torch.Tensor, rows: torch.Tensor, *, sign: int) -> None:
@@ -99,4 +109,4 @@ def _add_rows(target: torch.Tensor, index: torch.Tensor, rows: torch.Tensor, *, 
     if len(index) == len(target):  # index is sorted and unique: it is 0..n-1
         target.add_(rows, alpha=sign)
     else:
-        target.index_add_(0, index, rows, alpha=sign)
+        target.index_add_(0, index, rows.to(target.dtype), alpha=sign)

@@ -31,7 +31,8 @@ DTYPE_NAMES = {dtype: name for name, dtype in FLOAT_DTYPES.items()}
 _ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
               "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4}
 _MAX_HEADER = 100 * 2**20
-_COPY_CHUNK = 16 * 2**20
+_COPY_CHUNK = 2**20
+_WRITE_CHUNK = 256 * 2**10  # one 32 MB write() ran at 0.7 GB/s on ext4 here, 256 kB slices of it at 3.5 GB/s
 
 
 @dataclass(frozen=True)
@@ -170,12 +171,19 @@ def _header_bytes(header: Header, replaced: dict[str, tuple[tuple[int, ...], str
     return len(text).to_bytes(8, "little") + text
 
 
-def _copy_range(source: int, target: Any, begin: int, end: int, path: Path) -> None:
+def _write_all(target: int, data: memoryview) -> None:
+    """Write `data` to the file descriptor `target` in slices (see `_WRITE_CHUNK`), retrying partial writes."""
+    data = data.cast("B")
+    while len(data):
+        data = data[os.write(target, data[:_WRITE_CHUNK]) :]
+
+
+def _copy_range(source: int, target: int, begin: int, end: int, path: Path) -> None:
     buffer = bytearray(min(_COPY_CHUNK, end - begin))
     while begin < end:
         view = memoryview(buffer)[: min(len(buffer), end - begin)]
         _pread_into(source, view, begin, path)
-        target.write(view)
+        _write_all(target, view)
         begin += len(view)
 
 
@@ -193,23 +201,23 @@ def write_shard(target: Path, header: Header, replaced: dict[str, tuple[tuple[in
     """
     names = {name: (shape, DTYPE_NAMES[dtype]) for name, (shape, dtype, _) in replaced.items()}
     change = 0
-    with open(header.path, "rb", buffering=0) as source, open(target, "wb") as out:
-        out.write(_header_bytes(header, names))
+    with open(header.path, "rb", buffering=0) as source, open(target, "wb", buffering=0) as out:
+        _write_all(out.fileno(), memoryview(_header_bytes(header, names)))
         for name, info in header.tensors.items():
             if name not in replaced:
-                _copy_range(source.fileno(), out, info.begin, info.end, header.path)
+                _copy_range(source.fileno(), out.fileno(), info.begin, info.end, header.path)
                 continue
             shape, dtype, blocks = replaced[name]
-            written = sum(_write_block(out, block.to(dtype)) for block in blocks())
+            written = sum(_write_block(out.fileno(), block.to(dtype)) for block in blocks())
             if written != math.prod(shape) * dtype.itemsize:
                 raise RuntimeError(f"{name}: {written} bytes written for a {shape} {dtype} tensor")
             change += written - (info.end - info.begin)
     return change
 
 
-def _write_block(out: Any, block: torch.Tensor) -> int:
+def _write_block(out: int, block: torch.Tensor) -> int:
     data = block.contiguous().view(torch.uint8).numpy()
-    out.write(memoryview(data))
+    _write_all(out, memoryview(data))
     return data.nbytes
 
 
