@@ -5,12 +5,15 @@ The script writes, in a temporary folder (deleted at the end), an untied Llama-s
 embedding shards; the other shards hard links to the instruct ones, which propagate never reads from base) and the
 adapted base: a one-layer model holding the base embeddings, extended with the shared 16k Russian tokenizer.
 
-`propagate` (methods `swap`, no fit: the streaming alone; and `conversion`, the default, with the float64 fit of W)
-and a plain copy of the instruct shards (`shutil.copyfile`, the baseline) each run in a fresh child process,
-alternating, `--repeats` times, after one untimed copy that puts the shards in the page cache; the child reports its
-peak RSS (`VmHWM`, the high-water mark of its own address space: unlike `ru_maxrss` it does not inherit the
-parent's size across fork and exec) and the seconds of the call alone (imports excluded). Bounds (issue 5): peak RSS <= 3 x (input + output embedding bytes) + 300 MB, and
-propagate's time <= 1.5 x the copy's.
+`propagate` (`swap`, no fit: the streaming alone; `conversion`, the default, with the float64 fit of W; each also
+with `hardlink=True`, which hard-links the shards without embeddings instead of copying them), a plain copy of the
+instruct shards (`shutil.copyfile`, the baseline) and the floor (benchmarks/floors.py: the parts of the work any
+propagation must do, each timed alone) each run in a fresh child process, alternating, `--repeats` times, after one
+untimed copy that puts the shards in the page cache. The child reports its peak RSS (`VmHWM`, the high-water mark of
+its own address space: unlike `ru_maxrss` it does not inherit the parent's size across fork and exec) and the
+seconds of the call alone (the imports of vocabshift excluded; transformers' lazy imports on the first tokenizer
+load included). Bounds (issue 5): peak RSS <= 3 x (input + output embedding bytes) + 300 MB, and propagate's time
+<= 1.5 x the copy's.
 
     nice -n 10 python benchmarks/bench_lep_stream.py [--layers 7] [--repeats 2]
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -43,18 +47,25 @@ CHILD = """
 import json, shutil, sys, time
 from pathlib import Path
 import vocabshift
+from floors import floors
 what, root, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 start = time.perf_counter()
 if what == "copy":
     out.mkdir()
     for shard in sorted((root / "instruct").glob("*.safetensors")):
         shutil.copyfile(shard, out / shard.name)
+elif what == "floors":
+    figures = floors(root, out, json.loads(sys.argv[4]))
 else:
-    vocabshift.propagate(root / "adapted", root / "base", root / "instruct", output_dir=out, method=what)
+    method, _, hardlink = what.partition("+")
+    vocabshift.propagate(root / "adapted", root / "base", root / "instruct", output_dir=out, method=method,
+                         hardlink=bool(hardlink))
 seconds = time.perf_counter() - start
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-print(json.dumps({"seconds": seconds, "peak_rss": int(status["VmHWM"].split()[0]) * 1024}))
+result = {"seconds": seconds, "peak_rss": int(status["VmHWM"].split()[0]) * 1024}
+print(json.dumps(result | (figures if what == "floors" else {})))
 """
+METHODS = ("swap", "swap+hardlink", "conversion", "conversion+hardlink")
 
 
 def config(layers: int, vocab: int) -> LlamaConfig:
@@ -118,16 +129,18 @@ def _write_adapted(folder: Path, tokenizer, rows: dict[str, torch.Tensor]) -> No
     vocabshift.save_pretrained_atomic(model, new, folder)
 
 
-def run_child(what: str, root: Path) -> dict:
+def run_child(what: str, root: Path, shapes: dict | None = None) -> dict:
     out = root / f"out-{what}"
-    result = subprocess.run([sys.executable, "-c", CHILD, what, str(root), str(out)], capture_output=True, text=True,
-                            check=False)
+    command = [sys.executable, "-c", CHILD, what, str(root), str(out), *([json.dumps(shapes)] if shapes else [])]
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=os.environ | {"PYTHONPATH": path})
     if result.returncode:
         raise RuntimeError(f"{what} failed:\n{result.stderr[-3000:]}")
     figures = json.loads(result.stdout.strip().splitlines()[-1])
-    figures["bytes"] = sum(p.stat().st_size for p in out.glob("*.safetensors"))
-    if what != "copy":
+    if what in METHODS:
         figures["embeddings"] = _embedding_bytes(out)
+        fit = json.loads((out / "config.json").read_text())["vocabshift"]["propagation"][-1]["fit"]
+        figures["pairs"], figures["sides"] = fit["input"]["rows"], len(fit)
     shutil.rmtree(out)
     return figures
 
@@ -148,22 +161,41 @@ def measure(root: Path, options) -> dict:
     sizes = build(root, options.layers)
     sizes["build_seconds"] = time.perf_counter() - start
     run_child("copy", root)  # warm-up: the shards in the page cache for both
-    runs = {"copy": [], "swap": [], "conversion": []}
+    runs = {what: [] for what in ("copy", *METHODS, "floors")}
     for _ in range(options.repeats):
         for what in runs:
-            runs[what].append(run_child(what, root))
+            conversion = runs["conversion"][-1] if runs["conversion"] else {}
+            shapes = {"output_bytes": conversion.get("embeddings"), "pairs": conversion.get("pairs"),
+                      "sides": conversion.get("sides"), "hidden": HIDDEN}
+            runs[what].append(run_child(what, root, shapes if what == "floors" else None))
     return {"sizes": sizes, "runs": runs}
+
+
+def _floor_rows(floors: dict[str, float], copy: float) -> list[str]:
+    parts = {"tokenizers": "parse the 3 tokenizers (`tokenizers.Tokenizer.from_file`)",
+             "read_adapted": "read the adapted embedding tensors", "write_output": "write the output embedding bytes",
+             "read_siblings": "read the base and instruct embedding tensors (vocabshift's formula)",
+             "products": "float64 normal equations of the conversion fit (syrk + gemm, random rows)"}
+    plain = floors["tokenizers"] + floors["read_adapted"] + floors["write_output"]
+    sums = {"floor of a plain swap (first 3 rows)": plain, "floor of vocabshift's swap (first 4)":
+            plain + floors["read_siblings"], "floor of vocabshift's conversion (all 5)":
+            plain + floors["read_siblings"] + floors["products"]}
+    rows = ["| part of the work | seconds (median) | vs plain copy |", "|---|---|---|"]
+    rows += [f"| {text} | {floors[key]:.2f} | {floors[key] / copy:.2f}× |" for key, text in parts.items()]
+    return rows + [f"| **{text}** | **{value:.2f}** | **{value / copy:.2f}×** |" for text, value in sums.items()]
 
 
 def report(figures: dict, options, load_before: str) -> str:
     sizes, runs = figures["sizes"], figures["runs"]
     seconds = {what: statistics.median(r["seconds"] for r in results) for what, results in runs.items()}
+    floors = {key: statistics.median(r[key] for r in runs["floors"]) for key in runs["floors"][0]
+              if key not in ("seconds", "peak_rss")}
     out_embeddings = runs["conversion"][0]["embeddings"]
     bound = 3 * out_embeddings + 300 * 2**20
     mb = lambda value: f"{value / 2**20:,.0f} MB"  # noqa: E731
     rows = ["| propagate method | peak RSS | RSS bound: 3 × output embeddings + 300 MB | within | wall time (median) | "
             "vs plain copy | within 1.5× |", "|---|---|---|---|---|---|---|"]
-    for method in ("swap", "conversion"):
+    for method in METHODS:
         peak = max(r["peak_rss"] for r in runs[method])
         ratio = seconds[method] / seconds["copy"]
         rows.append(f"| `{method}` | {mb(peak)} | {mb(bound)} | {'yes' if peak <= bound else 'NO'} | "
@@ -175,9 +207,14 @@ def report(figures: dict, options, load_before: str) -> str:
         f"shards of at most about {SHARD_BYTES // 2**20} MB: {sizes['shards'] / 1e9:.2f} GB of shards "
         f"({mb(sizes['embeddings'])} of input + output embeddings). Adapted: the base embeddings extended with the "
         f"shared 16k Russian tokenizer (subword init); output input + output embeddings {mb(out_embeddings)}. "
-        f"Baseline: `shutil.copyfile` of every instruct shard, {seconds['copy']:.2f} s (median; page cache warm).",
+        f"Baseline: `shutil.copyfile` of every instruct shard, {seconds['copy']:.2f} s (median; page cache warm). "
+        "`+hardlink`: `propagate(..., hardlink=True)`, which hard-links the shards without embeddings.",
         "",
         *rows,
+        "",
+        "The floor: what any propagation must do, timed in the same run (benchmarks/floors.py).",
+        "",
+        *_floor_rows(floors, seconds["copy"]),
         "",
         "Runs (seconds / peak RSS): " + "; ".join(
             f"{what} " + ", ".join(f"{r['seconds']:.2f} s / {mb(r['peak_rss'])}" for r in results)

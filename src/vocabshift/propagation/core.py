@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from concurrent.futures import ThreadPoolExecutor
@@ -86,13 +87,9 @@ def propagate(
                "instruct": (instruct, instruct_revision)}
     models = {role: _model(value, role, revision, token) for role, (value, revision) in options.items()}
     record = _record(models["adapted"])
-    check_siblings(models["base"], models["instruct"])
-    check_lineage(record, models["adapted"], models["base"])
     headers = _all_headers(models["instruct"])
-    tokenizer = replacement_tokenizer(models["instruct"].tokenizer, models["adapted"].tokenizer)
-    plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer)
     with atomic_folder(target) as folder:
-        fits = _stream(models, headers, plan, method, record, folder, hardlink)
+        models, tokenizer, plan, fits = _stream(models, headers, method, record, folder, hardlink)
         entry = _entry(models, method, fits, plan, options, target)
         tokenizer.save_pretrained(folder)
         write_configs(folder, models["instruct"], record, entry, tokenizer, plan.rows)
@@ -109,7 +106,7 @@ def _check_output_dir(output_dir: str | os.PathLike) -> Path:
 
 
 def _model(value: Any, role: str, revision: str | None, token: str | bool | None) -> Model:
-    """Open a source and its embedding matrices; downloads only the shards that hold them."""
+    """Open a source and its embedding matrices (downloads only the shards that hold them); no tokenizer yet."""
     source = open_source(value, role=role, revision=revision, token=token)
     layout = find_layout(source)
     headers = {name: read_header(source.file(name)) for name in sorted(layout.embedding_shards)}
@@ -122,8 +119,16 @@ def _model(value: Any, role: str, revision: str | None, token: str | bool | None
                 raise ShardError(f"{key} is not in {header.path} although the index of {role}={source.name!r} says "
                                  "so: the folder is corrupted; save or download it again.")
             matrices[side] = Matrix(header, key)
-    tokenizer = load_tokenizer(str(source.folder), argument=role)
-    return Model(source, source.config(), layout, tokenizer, matrices["input"], matrices.get("output"))
+    return Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"))
+
+
+def _checked(models: dict[str, Model], record: ExtensionRecord) -> dict[str, Model]:
+    """The models with their tokenizers, once base and instruct are siblings and adapted descends from base."""
+    models = {role: dataclasses.replace(model, tokenizer=load_tokenizer(str(model.source.folder), argument=role))
+              for role, model in models.items()}
+    check_siblings(models["base"], models["instruct"])
+    check_lineage(record, models["adapted"], models["base"])
+    return models
 
 
 def _record(adapted: Model) -> ExtensionRecord:
@@ -144,25 +149,30 @@ def _all_headers(instruct: Model) -> dict[str, Header]:
     return headers
 
 
-def _stream(models: dict[str, Model], headers: dict[str, Header], plan: RowPlan, method: str,
-            record: ExtensionRecord, folder: Path, hardlink: bool) -> dict[str, Fit]:
-    """Copy the shards without embeddings (in a thread) while fitting W, then rewrite the embedding shards."""
-    instruct = models["instruct"]
-    layout = instruct.layout
+def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, record: ExtensionRecord,
+            folder: Path, hardlink: bool) -> tuple[dict[str, Model], Any, RowPlan, dict[str, Fit]]:
+    """Copy the shards without embeddings and fit W in a thread while the tokenizers are loaded and checked,
+    then rewrite the embedding shards. An error anywhere cancels what is queued (the caller drops the folder)."""
+    layout = models["instruct"].layout
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         copies = [pool.submit(copy_shard, headers[name].path, folder / name, hardlink=hardlink)
                   for name in layout.shards if name not in layout.embedding_shards]
+        models = _checked(models, record)
         pairs = fit_pairs(method, record, models["base"].tokenizer)
-        fits = {side: fit_map(method, getattr(models["base"], side), getattr(instruct, side), pairs, side=side)
-                for side in ("input", "output") if getattr(instruct, side) is not None}
+        fits = {side: pool.submit(fit_map, method, getattr(models["base"], side), getattr(models["instruct"], side),
+                                  pairs, side=side)
+                for side in ("input", "output") if getattr(models["instruct"], side) is not None}
+        tokenizer = replacement_tokenizer(models["instruct"].tokenizer, models["adapted"].tokenizer)
+        plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer)
+        fits = {side: fit.result() for side, fit in fits.items()}
         change = sum(_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards)
         for copy in copies:
             copy.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     write_index(folder, layout, change)
-    return fits
+    return models, tokenizer, plan, fits
 
 
 def _rewrite(header: Header, target: Path, models: dict[str, Model], plan: RowPlan, fits: dict[str, Fit]) -> int:
