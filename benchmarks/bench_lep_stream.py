@@ -9,7 +9,7 @@ adapted base: a one-layer model holding the base embeddings, extended with the s
 with `hardlink=True`, which hard-links the shards without embeddings instead of copying them), a plain copy of the
 instruct shards (`shutil.copyfile`, the baseline) and the floor (benchmarks/floors.py: the parts of the work any
 propagation must do, each timed alone) each run in a fresh child process, alternating, `--repeats` times, after one
-untimed copy that puts the shards in the page cache. The child reports its peak RSS (`VmHWM`, the high-water mark of
+untimed read of every shard of the three models (the page cache warm for all). The child reports its peak RSS (`VmHWM`, the high-water mark of
 its own address space: unlike `ru_maxrss` it does not inherit the parent's size across fork and exec) and the
 seconds of the call alone (the imports of vocabshift excluded; transformers' lazy imports on the first tokenizer
 load included). Bounds (issue 5): peak RSS <= 3 x (input + output embedding bytes) + 300 MB, and propagate's time
@@ -160,7 +160,10 @@ def measure(root: Path, options) -> dict:
     start = time.perf_counter()
     sizes = build(root, options.layers)
     sizes["build_seconds"] = time.perf_counter() - start
-    run_child("copy", root)  # warm-up: the shards in the page cache for both
+    for shard in root.glob("*/*.safetensors"):  # warm-up: every shard of the three models in the page cache
+        with open(shard, "rb") as handle:
+            while handle.read(2**24):
+                pass
     runs = {what: [] for what in ("copy", *METHODS, "floors")}
     for _ in range(options.repeats):
         for what in runs:
