@@ -87,7 +87,7 @@ def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, in
         if inside:
             old = plan.old_of[start : start + inside]
             shared = (old >= 0).nonzero().squeeze(1)
-            delta = _as_float(adapted.gather(torch.arange(start, start + inside), buffer=raw[0]), work[0])
+            delta = _as_float(adapted.read(start, start + inside, buffer=raw[0]), work[0])
             _add_rows(delta, shared, base.gather(old[shared], buffer=raw[1]), sign=-1)
             mapped = fit.apply(delta, out=work[1])
             _add_rows(mapped, shared, instruct.gather(old[shared], buffer=raw[2]), sign=1)

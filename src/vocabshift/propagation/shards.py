@@ -150,9 +150,9 @@ class Matrix:
         rows = buffer.view(self.dtype).view(len(values), self.hidden)
         return rows if len(values) == len(ids) and torch.equal(unique, ids) else rows[inverse]
 
-    def read(self, start: int, stop: int) -> torch.Tensor:
-        """Rows `[start, stop)` in the stored dtype."""
-        return self.gather(torch.arange(start, stop))
+    def read(self, start: int, stop: int, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `[start, stop)` in the stored dtype (`buffer` as for `gather`)."""
+        return self.gather(torch.arange(start, stop), buffer=buffer)
 
 
 Blocks = Callable[[], Iterator[torch.Tensor]]
