@@ -9,11 +9,10 @@ adapted base: a one-layer model holding the base embeddings, extended with the s
 with `hardlink=True`, which hard-links the shards without embeddings instead of copying them), a plain copy of the
 instruct shards (`shutil.copyfile`, the baseline) and the floor (benchmarks/floors.py: the parts of the work any
 propagation must do, each timed alone) each run in a fresh child process, alternating, `--repeats` times, after one
-untimed read of every shard of the three models (the page cache warm for all). The child reports its peak RSS (`VmHWM`, the high-water mark of
-its own address space: unlike `ru_maxrss` it does not inherit the parent's size across fork and exec) and the
-seconds of the call alone (the imports of vocabshift excluded; transformers' lazy imports on the first tokenizer
-load included). Bounds (issue 5): peak RSS <= 3 x (input + output embedding bytes) + 300 MB, and propagate's time
-<= 1.5 x the copy's.
+untimed read of every shard of the three models (the page cache warm for all). The child reports its peak RSS
+(`VmHWM`, the high-water mark of its own address space: unlike `ru_maxrss` it does not inherit the parent's size
+across fork and exec) and the seconds of the call alone (the imports of vocabshift excluded). Bounds (issue 5):
+peak RSS <= 3 x (input + output embedding bytes) + 300 MB, and propagate's time <= 1.5 x the copy's.
 
     nice -n 10 python benchmarks/bench_lep_stream.py [--layers 7] [--repeats 2]
 """

@@ -1,0 +1,34 @@
+"""The replacement tokenizer skips rewriting tokenizer.json only when the rewrite would change nothing."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from conftest import FAMILIES
+from vocabshift.vocab.forms import backend_state
+from vocabshift.vocab.replace import _append_added_tokens, _ids_by_content, _merged_state, _remap
+
+
+def rewritten_state(source, new) -> dict:
+    """What the rewrite produces: new's state, source's missing added tokens appended, its post-processor remapped."""
+    state, old_state = backend_state(new), backend_state(source)
+    _append_added_tokens(state, old_state)
+    state["post_processor"] = _remap(old_state.get("post_processor"), _ids_by_content(state))
+    return state
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_rewrite_is_skipped_exactly_when_it_changes_nothing(family, tokenizers_en, tokenizers_ru):
+    source = tokenizers_en[family]
+    extended = copy.deepcopy(source)
+    extended.add_tokens(["привет", "мир"])  # an extension of source: its added tokens and post-processor kept
+    marked = copy.deepcopy(source)
+    marked.add_special_tokens({"additional_special_tokens": ["<|user|>"]})  # a chat marker that new lacks
+    for new, old in ((extended, source), (tokenizers_ru[family], source), (source, marked)):
+        merged = _merged_state(old, new)
+        assert (merged or backend_state(new)) == rewritten_state(old, new)
+        assert (merged is None) == (rewritten_state(old, new) == backend_state(new))
+    assert _merged_state(source, extended) is None
+    assert _merged_state(marked, source) is not None
