@@ -141,6 +141,7 @@ def run_child(what: str, root: Path, shapes: dict | None = None) -> dict:
         fit = json.loads((out / "config.json").read_text())["vocabshift"]["propagation"][-1]["fit"]
         figures["pairs"], figures["sides"] = fit["input"]["rows"], len(fit)
     shutil.rmtree(out)
+    os.sync()  # no writeback of this run's files during the next one
     return figures
 
 
