@@ -19,10 +19,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from vocabshift.propagation.shards import read_header
+from vocabshift.propagation.shards import _write_all, read_header
 
 EMBEDDINGS = ("model.embed_tokens.weight", "lm_head.weight")
-CHUNK = 256 * 2**10
 
 
 def floors(root: Path, out: Path, shapes: dict[str, int]) -> dict[str, float]:
@@ -62,8 +61,7 @@ def _write(path: Path, size: int) -> None:
         while size > 0:
             block = data[: min(len(data), size)]
             size -= len(block)
-            while len(block):
-                block = block[os.write(handle.fileno(), block[:CHUNK]) :]
+            _write_all(handle.fileno(), block)  # in 256 kB slices, as propagate writes
 
 
 def _products(pairs: int, hidden: int, sides: int) -> None:

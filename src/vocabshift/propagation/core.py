@@ -151,8 +151,9 @@ def _all_headers(instruct: Model) -> dict[str, Header]:
 
 def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, record: ExtensionRecord,
             folder: Path, hardlink: bool) -> tuple[dict[str, Model], Any, RowPlan, dict[str, Fit]]:
-    """Copy the shards without embeddings and fit W in a thread while the tokenizers are loaded and checked,
-    then rewrite the embedding shards. An error anywhere cancels what is queued (the caller drops the folder)."""
+    """In a thread: copy the shards without embeddings while the tokenizers are loaded and checked, then fit W
+    while the output tokenizer is built (not before the checks, so a refusal never waits for a fit). Then rewrite
+    the embedding shards. An error anywhere cancels what is queued (the caller drops the folder)."""
     layout = models["instruct"].layout
     pool = ThreadPoolExecutor(max_workers=1)
     try:
