@@ -93,7 +93,7 @@ def test_padded_vocabulary_rows_stay_out_of_the_token_maps(tokenizers_en, tokeni
 
 def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_ru):
     source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
-    model = make_model("qwen2-tied", source, extra_rows=2000)
+    model = make_model("qwen2-tied", source, extra_rows=1000)
     old = model.get_input_embeddings().weight.detach().clone()
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source)
     rows = model.get_input_embeddings().weight

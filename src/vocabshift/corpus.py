@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import lzma
 import os
 from collections.abc import Iterator, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .errors import CorpusError
 
-__all__ = ["corpus_fingerprint", "documents"]
+__all__ = ["corpus_fingerprint", "documents", "shipped_english", "source_lines"]
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_english() -> tuple[str, ...]:
+    """The 1,500 English lines shipped with vocabshift (`vocabshift/data/english.txt.xz`, sources in its README)."""
+    with resources.files("vocabshift").joinpath("data/english.txt.xz").open("rb") as raw:
+        return tuple(lzma.decompress(raw.read()).decode("utf-8").splitlines())
+
+
+def source_lines(source_texts: Any) -> list[str]:
+    """Source-language lines to check segmentation on: the given ones, or the shipped English lines for None.
+
+    Raises:
+        `CorpusError`: not a non-empty list of strings.
+    """
+    if source_texts is None:
+        return list(shipped_english())
+    if (isinstance(source_texts, (str, bytes, os.PathLike)) or not isinstance(source_texts, Sequence)
+            or not source_texts or not all(isinstance(line, str) for line in source_texts)):
+        raise CorpusError(
+            f"source_texts is a {type(source_texts).__name__} ({str(source_texts)[:60]!r}): pass a non-empty list "
+            "of source-language lines (strings), or None for the English lines shipped with vocabshift."
+        )
+    return list(source_texts)
 
 
 def documents(corpus: Any) -> Iterator[str]:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from . import __version__
+from .corpus import source_lines
 from .embeddings import Embeddings, assemble_weights, find_embeddings, row_count
 from .errors import (
     InvalidArgumentError,
@@ -35,6 +37,9 @@ __all__ = ["extend_vocabulary"]
 
 logger = logging.getLogger(__name__)
 _MODES = ("extend", "replace")
+# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
+# tokenizer, whose new ids would land on rows of real tokens.
+_MAX_PADDING_ROWS = 1024
 
 
 def extend_vocabulary(
@@ -46,6 +51,8 @@ def extend_vocabulary(
     source_tokenizer: Any = None,
     pad_to_multiple_of: int | None = None,
     seed: int = 0,
+    source_texts: Sequence[str] | None = None,
+    keep_source_segmentation: bool = False,
     **method_options: Any,
 ) -> Any:
     """Give `model` a target-language vocabulary and initialize the new input and output rows.
@@ -62,6 +69,11 @@ def extend_vocabulary(
         source_tokenizer (*optional*): the model's current tokenizer; defaults to the one at `model.name_or_path`.
         pad_to_multiple_of (`int`, *optional*): round the number of embedding rows up to a multiple of this.
         seed (`int`, defaults to 0): seed of every random draw; the same seed gives bit-identical rows.
+        source_texts (`Sequence[str]`, *optional*): source-language lines whose segmentation extend mode must not
+            change; defaults to 1,500 English lines shipped with vocabshift. The share of them cut differently is
+            recorded (`record.tokenizer_report`) and, when not zero, warned about.
+        keep_source_segmentation (`bool`, defaults to `False`): leave out every new token that changes how a line of
+            `source_texts` is cut (extend mode), for a target language written in the source's script.
         **method_options: options of the method's config dataclass (e.g. `input_weighting="char_length"`).
 
     Returns:
@@ -82,14 +94,17 @@ def extend_vocabulary(
     """
     spec = get_method(method)
     config = build_config(spec, method_options)
-    _check_arguments(mode, pad_to_multiple_of, seed)
+    _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
+    check_texts = source_lines(source_texts)
     embeddings = find_embeddings(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     _check_belongs(model, source, embeddings)
     report = None
     if mode == "extend":
-        target, report = merge_tokenizers(source, new)
+        target, report = merge_tokenizers(source, new, source_texts=check_texts,
+                                          keep_source_segmentation=keep_source_segmentation)
+        _warn_source_changes(report, source_texts is None)
     else:
         target = replacement_tokenizer(source, new)
     alignment = align(source, target, keep_source_ids=mode == "extend")
@@ -109,7 +124,15 @@ def extend_vocabulary(
     return target
 
 
-def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any) -> None:
+def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_segmentation: Any) -> None:
+    if not isinstance(keep_source_segmentation, bool):
+        raise InvalidArgumentError(f"keep_source_segmentation={keep_source_segmentation!r} is invalid: pass True or "
+                                   "False.")
+    if keep_source_segmentation and mode != "extend":
+        raise InvalidArgumentError(
+            "keep_source_segmentation=True works in mode='extend' only: replace mode gives the model a new "
+            "vocabulary, which cuts every text anew."
+        )
     if mode not in _MODES:
         raise InvalidArgumentError(f"mode={mode!r} is invalid: pass one of {', '.join(map(repr, _MODES))}.")
     if pad_to_multiple_of is not None and (not _is_int(pad_to_multiple_of) or pad_to_multiple_of <= 0):
@@ -122,6 +145,16 @@ def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any) -> None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _warn_source_changes(report: Any, shipped: bool) -> None:
+    if report.source_lines_changed:
+        logger.warning(
+            "The extended tokenizer cuts %.1f%% of %d %s source-language lines differently from the model's own "
+            "tokenizer (new tokens in the source's script). Pass keep_source_segmentation=True to leave out the new "
+            "tokens that do, or source_texts=[...] with lines of the model's main language.",
+            100 * report.source_lines_changed, report.source_lines_checked, "shipped English" if shipped else "given",
+        )
 
 
 def _default_source(model: Any, source_tokenizer: Any) -> Any:
@@ -137,10 +170,19 @@ def _default_source(model: Any, source_tokenizer: Any) -> Any:
 
 
 def _check_belongs(model: Any, source: Any, embeddings: Embeddings) -> None:
-    if len(source) > embeddings.rows:
+    beyond = [token for token, index in source.get_vocab().items() if index >= embeddings.rows]
+    if beyond and not set(beyond) <= set(source.all_special_tokens):
         raise TokenizerMismatchError(
             f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
-            "rows: it is not this model's tokenizer. Pass the tokenizer the model was trained with."
+            f"rows, and ids beyond them are ordinary tokens (e.g. {sorted(beyond)[0]!r}): it is not this model's "
+            "tokenizer. Pass the tokenizer the model was trained with."
+        )
+    if embeddings.rows - len(source) > _MAX_PADDING_ROWS:
+        raise TokenizerMismatchError(
+            f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
+            f"rows: new tokens would take ids {len(source)} and up, overwriting rows that belong to the model's own "
+            "tokens. Pass the tokenizer the model was trained with; if those rows really are unused padding, shrink "
+            "them first with model.resize_token_embeddings(len(tokenizer))."
         )
     if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
         expected = get_record(model).tokenizer_sha256
@@ -154,10 +196,19 @@ def _check_belongs(model: Any, source: Any, embeddings: Embeddings) -> None:
 def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,
              new: Any) -> InitContext:
     count = len(alignment.source_forms)
-    source_input = embeddings.input.weight.detach()[:count].float()
+    source_input = _source_rows(embeddings.input.weight, count)
     output = embeddings.output
-    source_output = None if output is None else output.weight.detach()[:count].float()
+    source_output = None if output is None else _source_rows(output.weight, count)
     return InitContext(source_input, source_output, alignment, source, target, seed, embeddings.tied, new)
+
+
+def _source_rows(weight: torch.Tensor, count: int) -> torch.Tensor:
+    """The rows of the source tokenizer's ids; special tokens beyond the matrix (Gemma-3's image token) get the
+    mean row, as `assemble_weights` gives them."""
+    rows = weight.detach()[:count].float()
+    if count > rows.shape[0]:
+        rows = torch.cat([rows, rows.mean(dim=0, keepdim=True).expand(count - rows.shape[0], -1)])
+    return rows
 
 
 def _check_result(result: Any, context: InitContext, method: str) -> None:

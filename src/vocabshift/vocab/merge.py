@@ -4,7 +4,9 @@ New tokens become part of the tokenizer's model, not AddedTokens (which bypass m
 BPE gets the new merges spliced after the old ones, Unigram gets new pieces with their scores, WordPiece gets new
 vocabulary entries. The old normalizer, pre-tokenizer, post-processor, decoder, added tokens and chat template
 stay. For BPE, new tokens that the merged merge table can never produce are repaired when one merge suffices and
-dropped otherwise, so that every added token is reachable.
+dropped otherwise, so that every added token is reachable. Source-language text is cut as before: by construction
+when the new tokens' script differs from the old vocabulary's, and on request (`keep_source_segmentation`) by
+leaving out the new tokens that change how given source-language lines are cut.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
-from ..errors import IncompatibleTokenizerError
+from ..errors import IncompatibleTokenizerError, InvalidArgumentError
+from ._splice import append_unigram, append_wordpiece, drop_pieces, next_id, splice_bpe
 from .forms import Family, TokenForm, backend_state, detect_family, native_string, token_forms
 from .stats import changed_share, dominant_script, scripts_in, tokens_per_word
 
@@ -39,6 +43,9 @@ class MergeReport:
         target_tokens_per_word_before / target_tokens_per_word_after (`float | None`): fertility of the old and
             merged tokenizer on the given target-language text.
         source_lines_changed (`float | None`): share of the given source-language lines whose segmentation changed.
+        source_lines_checked (`int | None`): how many source-language lines that share is measured on.
+        tokens_dropped_for_source (`int`): new tokens left out because they changed source-language lines
+            (`keep_source_segmentation=True`).
     """
 
     tokens_added: int
@@ -46,6 +53,8 @@ class MergeReport:
     target_tokens_per_word_before: float | None = None
     target_tokens_per_word_after: float | None = None
     source_lines_changed: float | None = None
+    source_lines_checked: int | None = None
+    tokens_dropped_for_source: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +66,7 @@ def merge_tokenizers(
     *,
     target_texts: Sequence[str] | None = None,
     source_texts: Sequence[str] | None = None,
+    keep_source_segmentation: bool = False,
 ) -> tuple[Any, MergeReport]:
     """Extend the fast tokenizer `source` with the tokens of `new`.
 
@@ -66,13 +76,22 @@ def merge_tokenizers(
             and added tokens are not carried over.
         target_texts (`Sequence[str]`, *optional*): target-language lines for the fertility figures of the report.
         source_texts (`Sequence[str]`, *optional*): source-language lines for the segmentation-change figure.
+        keep_source_segmentation (`bool`, defaults to `False`): leave out every new token that changes how a line of
+            `source_texts` is cut, so that those lines are cut exactly as before (for a target language in the
+            source's script, where the script filter cannot tell the languages apart).
 
     Returns:
         `(merged_tokenizer, MergeReport)`; the merged tokenizer has the class and settings of `source`.
 
     Raises:
         `IncompatibleTokenizerError`: if the two tokenizer models are of different kinds.
+        `InvalidArgumentError`: `keep_source_segmentation` without `source_texts`.
     """
+    if keep_source_segmentation and not source_texts:
+        raise InvalidArgumentError(
+            "keep_source_segmentation=True needs source_texts: pass source-language lines whose segmentation must "
+            "stay as it is."
+        )
     state, new_state = backend_state(source), backend_state(new)
     family = detect_family(state)
     kind, new_kind = state["model"]["type"], new_state["model"]["type"]
@@ -83,17 +102,21 @@ def merge_tokenizers(
         )
     before = len(source)
     _fill_holes(state)
+    first_new_id = next_id(state)
     covers_bytes = family == "bytelevel" or bool(state["model"].get("byte_fallback"))
     pieces = _new_pieces(new_state, token_forms(new, new_state))
-    converted = _converted(_wanted(pieces, token_forms(source, state), new_state, covers_bytes), family)
+    natives = _natives(pieces, family)
+    wanted = _wanted(pieces, token_forms(source, state), covers_bytes) & natives.keys()
     if kind == "BPE":
-        dropped = _splice_bpe(state, new_state, converted)
+        dropped = splice_bpe(state, new_state, natives, wanted)
     elif kind == "Unigram":
-        dropped = _append_unigram(state, new_state, converted)
+        dropped = append_unigram(state, new_state, natives, wanted)
     else:
-        dropped = _append_wordpiece(state, converted)
+        dropped = append_wordpiece(state, natives, wanted)
+    for_source = _keep_source(state, source_texts, first_new_id) if keep_source_segmentation else 0
     merged = rebuild_tokenizer(source, state)
-    report = MergeReport(len(merged) - before, dropped, *_fertility(source, merged, target_texts, source_texts))
+    report = MergeReport(len(merged) - before, dropped, *_fertility(source, merged, target_texts, source_texts),
+                         len(source_texts) if source_texts else None, for_source)
     logger.info("Merged tokenizer: %s", report)
     return merged, report
 
@@ -120,16 +143,19 @@ def _fill_holes(state: dict[str, Any]) -> None:
     collide with the new ids (Llama-3 keeps its special tokens after the BPE vocabulary).
     """
     vocab = state["model"]["vocab"]
-    for entry in state.get("added_tokens", []):
-        if isinstance(vocab, dict):
-            if entry["id"] not in vocab.values() and entry["content"] not in vocab:
+    if isinstance(vocab, dict):
+        ids = set(vocab.values())
+        for entry in state.get("added_tokens", []):
+            if entry["id"] not in ids and entry["content"] not in vocab:
                 vocab[entry["content"]] = entry["id"]
-        else:
-            lowest = min((score for _, score in vocab), default=0.0)
-            while len(vocab) <= entry["id"]:
-                vocab.append([f"<vocabshift-hole-{len(vocab)}>", lowest - 10.0])
-            if len(vocab) - 1 == entry["id"] and vocab[-1][0].startswith("<vocabshift-hole-"):
-                vocab[-1][0] = entry["content"]
+                ids.add(entry["id"])
+        return
+    lowest = min((score for _, score in vocab), default=0.0)
+    for entry in sorted(state.get("added_tokens", []), key=lambda e: e["id"]):
+        while len(vocab) <= entry["id"]:
+            vocab.append([f"<vocabshift-hole-{len(vocab)}>", lowest - 10.0])
+        if vocab[entry["id"]][0].startswith("<vocabshift-hole-"):
+            vocab[entry["id"]][0] = entry["content"]
 
 
 def _new_pieces(new_state: dict[str, Any], forms: list[TokenForm]) -> dict[str, TokenForm]:
@@ -139,32 +165,19 @@ def _new_pieces(new_state: dict[str, Any], forms: list[TokenForm]) -> dict[str, 
     return {piece: forms[index] for index, piece in sorted(pairs) if not forms[index].added}
 
 
-def _merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
-    return [tuple(pair.split(" ", 1)) if isinstance(pair, str) else tuple(pair) for pair in model.get("merges", [])]
+def _wanted(pieces: dict[str, TokenForm], old_forms: list[TokenForm], covers_bytes: bool) -> set[str]:
+    """Which new pieces to add: with a target script other than the old one's, those holding a letter of it.
 
-
-def _wanted(
-    pieces: dict[str, TokenForm], old_forms: list[TokenForm], new_state: dict[str, Any], covers_bytes: bool
-) -> dict[str, TokenForm]:
-    """Which new tokens to add: with a target script other than the old one's, those of the target script.
-
-    Other tokens of a target-language corpus (English words, digit and punctuation runs in Russian text) would change
-    how source-language text is cut: with them, 20% of English lines of the shared corpus were cut differently by
-    SmolLM2 + a Russian BPE, without them none. Single characters are kept when the old tokenizer has no byte
-    fallback (it would cut them into unknown tokens); BPE pieces that target-script tokens are built from are kept.
+    Every merge (or piece) added then builds a token with a target-script letter, so text without such letters is
+    cut exactly as before: pieces of other scripts (Latin names, digit and punctuation runs in Russian text) would
+    change how source-language text is cut. A target token whose parts are neither old nor wanted is repaired with
+    one merge or dropped. Single characters are kept when the old tokenizer has no byte fallback (it would cut them
+    into unknown tokens).
     """
     target = dominant_script(form.text for form in pieces.values())
     if target is None or target == dominant_script(f.text for f in old_forms if not f.special):
-        return pieces
-    wanted = {piece for piece, form in pieces.items() if _in_script(form, target, covers_bytes)}
-    parents = {a + b: (a, b) for a, b in _merge_pairs(new_state["model"])}
-    stack = list(wanted)
-    while stack:
-        for parent in parents.get(stack.pop(), ()):
-            if parent not in wanted:
-                wanted.add(parent)
-                stack.append(parent)
-    return {piece: form for piece, form in pieces.items() if piece in wanted}
+        return set(pieces)
+    return {piece for piece, form in pieces.items() if _in_script(form, target, covers_bytes)}
 
 
 def _in_script(form: TokenForm, target: str, covers_bytes: bool) -> bool:
@@ -175,82 +188,25 @@ def _in_script(form: TokenForm, target: str, covers_bytes: bool) -> bool:
     return target in scripts_in(text) or (len(text) == 1 and not covers_bytes)
 
 
-def _converted(pieces: dict[str, TokenForm], family: Family) -> dict[str, str]:
-    """Each wanted piece written as the old tokenizer's model writes it (pieces it cannot write are left out)."""
+def _natives(pieces: dict[str, TokenForm], family: Family) -> dict[str, str]:
+    """Each new piece written as the old tokenizer's model writes it (pieces it cannot write are left out)."""
     natives = {piece: native_string(form, family) for piece, form in pieces.items()}
     return {piece: native for piece, native in natives.items() if native is not None}
 
 
-def _next_id(state: dict[str, Any]) -> int:
-    ids = list(state["model"]["vocab"].values()) + [entry["id"] for entry in state.get("added_tokens", [])]
-    return max(ids) + 1
+def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int) -> int:
+    """Drop the new pieces that appear when `texts` is cut by the merged model, until none does; return how many.
 
-
-def _splice_bpe(state: dict[str, Any], new_state: dict[str, Any], converted: dict[str, str]) -> int:
-    vocab, merges = state["model"]["vocab"], state["model"]["merges"]
-    next_id, added = _next_id(state), []
-    for piece, native in converted.items():  # new base characters (SentencePiece BPE may lack some)
-        if len(native) == 1 and native not in vocab:
-            vocab[native], next_id = next_id, next_id + 1
-            added.append(native)
-    for left, right in _merge_pairs(new_state["model"]):
-        a, b = converted.get(left), converted.get(right)
-        if a is None or b is None or a not in vocab or b not in vocab or a + b in vocab:
-            continue
-        vocab[a + b], next_id = next_id, next_id + 1
-        merges.append([a, b])
-        added.append(a + b)
-    dead = _repair_unreachable(state, added)
-    _drop(state, dead, first_new_id=next_id - len(added))
-    return len(dead)
-
-
-def _unreachable(state: dict[str, Any], pieces: list[str]) -> dict[str, list[str]]:
-    """Pieces the BPE model does not produce from their own text, with what it produces instead."""
-    model = Tokenizer.from_str(json.dumps(state)).model
-    result = {}
-    for piece in pieces:
-        produced = [token.value for token in model.tokenize(piece)]
-        if produced != [piece]:
-            result[piece] = produced
-    return result
-
-
-def _repair_unreachable(state: dict[str, Any], added: list[str]) -> set[str]:
-    """Add one merge for each unreachable piece that comes out as two pieces; return those still unreachable."""
-    for _ in range(3):
-        unreachable = _unreachable(state, added)
-        repairable = [produced for produced in unreachable.values() if len(produced) == 2]
-        if not repairable:
-            return set(unreachable)
-        state["model"]["merges"].extend([list(pair) for pair in repairable])
-    return set(_unreachable(state, added))
-
-
-def _drop(state: dict[str, Any], dead: set[str], *, first_new_id: int) -> None:
-    """Remove unreachable pieces (and the merges that would build them), then renumber the new ids densely."""
-    model = state["model"]
-    model["merges"] = [m for m in model["merges"] if not {m[0], m[1], m[0] + m[1]} & dead]
-    kept = sorted((i, p) for p, i in model["vocab"].items() if i >= first_new_id and p not in dead)
-    model["vocab"] = {p: i for p, i in model["vocab"].items() if i < first_new_id}
-    model["vocab"].update({piece: first_new_id + offset for offset, (_, piece) in enumerate(kept)})
-
-
-def _append_unigram(state: dict[str, Any], new_state: dict[str, Any], converted: dict[str, str]) -> int:
-    vocab = state["model"]["vocab"]
-    present = {piece for piece, _ in vocab}
-    scores = dict(map(tuple, new_state["model"]["vocab"]))
-    for piece, native in converted.items():
-        if native not in present:
-            vocab.append([native, scores[piece]])
-            present.add(native)
-    return 0
-
-
-def _append_wordpiece(state: dict[str, Any], converted: dict[str, str]) -> int:
-    vocab = state["model"]["vocab"]
-    next_id = _next_id(state)
-    for native in converted.values():
-        if native not in vocab:
-            vocab[native], next_id = next_id, next_id + 1
-    return 0
+    A source-language line is cut differently exactly when a new piece appears in it (old merges, pieces and
+    entries never produce new ones), so once none appears every line is cut as before.
+    """
+    dropped = 0
+    for _ in tqdm(range(16), desc="Keeping source segmentation", leave=False):
+        backend = Tokenizer.from_str(json.dumps(state))
+        used = {i for encoding in backend.encode_batch(list(texts), add_special_tokens=False)
+                for i in encoding.ids if i >= first_new_id}
+        if not used:
+            return dropped
+        drop_pieces(state, {backend.id_to_token(i) for i in used}, first_new_id=first_new_id)
+        dropped += len(used)
+    raise RuntimeError("keep_source_segmentation did not converge in 16 rounds")  # each round drops >= 1 piece

@@ -1,63 +1,170 @@
-"""Train a target-language tokenizer in the same family as a model's tokenizer, ready for `mode="extend"`."""
+"""Train a target-language tokenizer in the same family as a model's tokenizer, ready for `mode="extend"`.
+
+The new tokenizer keeps the normalizer, pre-tokenizer and decoder of `like`, so that both cut text the same way.
+Training may need more: SentencePiece-style pipelines (Gemma, Llama-2) turn spaces into `▁` and leave word
+splitting to the model, so the trainer is given a pre-tokenizer that cuts before each `▁` (its pieces then never
+span words); a family that spells numbers digit by digit gets its digits isolated while training; and with byte
+fallback the vocabulary holds the 256 `<0xNN>` pieces (and `like`'s unk), so that no character is ever lost.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
+from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..errors import InvalidArgumentError
-from .forms import backend_state, detect_family
+from ..errors import CorpusError, InvalidArgumentError
+from .forms import SPIECE, backend_state, detect_family
+from .load import load_tokenizer
 
 __all__ = ["train_tokenizer"]
+
+_BYTE_PIECES = [f"<0x{byte:02X}>" for byte in range(256)]
 
 
 def train_tokenizer(texts: Iterable[str], *, like: Any, vocab_size: int, min_frequency: int = 2) -> Any:
     """Train a tokenizer on `texts` with the model kind, normalizer, pre-tokenizer and decoder of `like`.
 
-    The result has no special tokens of its own: in extend mode the model keeps those of `like`.
+    The result has no special tokens of its own (in extend mode the model keeps those of `like`), but it keeps
+    `like`'s word boundaries, digit convention, byte-fallback alphabet and unk token.
 
     Args:
-        texts (`Iterable[str]`): target-language text, one document or line per item.
-        like: the model's fast tokenizer, whose pipeline the new tokenizer copies.
-        vocab_size (`int`): size of the new vocabulary (base alphabet included).
+        texts (`Iterable[str]`): target-language text, one document or line per item (not a path: read the file).
+        like: the model's fast tokenizer (or its folder, tokenizer.json or repo id), whose pipeline is copied.
+        vocab_size (`int`): size of the new vocabulary, alphabet and byte pieces included.
         min_frequency (`int`, defaults to 2): minimum count of a merge or piece (BPE and WordPiece).
 
     Returns:
         `PreTrainedTokenizerFast`
+
+    Raises:
+        `CorpusError`: `texts` is a string or path, empty, or holds something other than strings.
+        `InvalidArgumentError`: `vocab_size` is not an int above the alphabet `like`'s family needs.
+        `InvalidTokenizerError`, `TokenizerLoadError`, `UnsupportedTokenizerError`: `like` is not a usable tokenizer.
 
     Example:
         ```python
         >>> ru = vocabshift.train_tokenizer(lines, like=tokenizer, vocab_size=16_000)
         ```
     """
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 2:
-        raise InvalidArgumentError(f"vocab_size={vocab_size!r} is invalid: pass an int of at least 2.")
+    lines = _lines(texts)
+    like = load_tokenizer(like, argument="like")
     state = backend_state(like)
-    family, kind = detect_family(state), state["model"]["type"]
+    family, model_state = detect_family(state), state["model"]
+    reserved = _reserved(model_state, family)
+    _check_size(vocab_size, len(reserved), min_frequency)
     old = like.backend_tokenizer
-    model, trainer = _model_and_trainer(kind, family, state["model"], vocab_size, min_frequency)
+    model, trainer = _model_and_trainer(model_state, family, vocab_size - len(reserved), min_frequency)
     tokenizer = Tokenizer(model)
-    tokenizer.normalizer, tokenizer.pre_tokenizer, tokenizer.decoder = old.normalizer, old.pre_tokenizer, old.decoder
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.normalizer, tokenizer.decoder = old.normalizer, old.decoder
+    tokenizer.pre_tokenizer = _training_pre_tokenizer(old, family, like)
+    tokenizer.train_from_iterator(tqdm(lines, desc="Training tokenizer", unit=" lines"), trainer=trainer)
+    tokenizer.pre_tokenizer = old.pre_tokenizer
+    if reserved:
+        tokenizer = _with_reserved(tokenizer, reserved, model_state)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
 
 
-def _model_and_trainer(kind: str, family: str, old: dict[str, Any], size: int, min_frequency: int) -> tuple[Any, Any]:
+def _lines(texts: Any) -> list[str]:
+    if isinstance(texts, (str, bytes, os.PathLike)):
+        raise CorpusError(
+            f"texts is a {type(texts).__name__} ({str(texts)[:60]!r}), not a collection of lines: train_tokenizer "
+            "would learn the characters of that string. Pass the lines, e.g. "
+            "vocabshift.training.read_texts('corpus.txt') or open(path).read().splitlines()."
+        )
+    if not isinstance(texts, Iterable):
+        raise CorpusError(f"texts is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
+    lines = list(texts)
+    bad = next((line for line in lines if not isinstance(line, str)), None)
+    if bad is not None:
+        raise CorpusError(f"texts holds a {type(bad).__name__} ({bad!r:.60}): pass strings only.")
+    if not any(line.strip() for line in lines):
+        raise CorpusError(f"texts holds no text ({len(lines)} items, all empty): pass target-language lines.")
+    return lines
+
+
+def _reserved(model_state: dict[str, Any], family: str) -> list[str]:
+    """Pieces the new vocabulary holds before the trained ones: `like`'s unk and, with byte fallback, the bytes."""
+    if model_state["type"] == "WordPiece":
+        return []
+    unk = model_state.get("unk_token") if model_state["type"] == "BPE" else _unigram_unk(model_state)
+    fallback = bool(model_state.get("byte_fallback")) and family == "sentencepiece"
+    return ([unk] if unk else []) + (_BYTE_PIECES if fallback else [])
+
+
+def _unigram_unk(model_state: dict[str, Any]) -> str | None:
+    unk_id = model_state.get("unk_id")
+    return None if unk_id is None else model_state["vocab"][unk_id][0]
+
+
+def _check_size(vocab_size: Any, reserved: int, min_frequency: Any) -> None:
+    alphabet = max(reserved, 256)  # byte-level BPE: its 256 byte characters
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= alphabet:
+        raise InvalidArgumentError(
+            f"vocab_size={vocab_size!r} is invalid: the tokenizer's alphabet (bytes, byte-fallback pieces, unk) "
+            f"takes up to {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 to 32,000)."
+        )
+    if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or min_frequency < 1:
+        raise InvalidArgumentError(f"min_frequency={min_frequency!r} is invalid: pass a positive int (default 2).")
+
+
+def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequency: int) -> tuple[Any, Any]:
+    kind = old["type"]
     if kind == "WordPiece":
         prefix = old.get("continuing_subword_prefix") or "##"
         unk = old.get("unk_token") or "[UNK]"
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=size, min_frequency=min_frequency, special_tokens=[unk], continuing_subword_prefix=prefix
-        )
+        trainer = trainers.WordPieceTrainer(vocab_size=size, min_frequency=min_frequency, special_tokens=[unk],
+                                            continuing_subword_prefix=prefix, show_progress=False)
         return models.WordPiece(unk_token=unk, continuing_subword_prefix=prefix), trainer
     if kind == "Unigram":
-        return models.Unigram(), trainers.UnigramTrainer(vocab_size=size, special_tokens=[], unk_token=None)
+        return models.Unigram(), trainers.UnigramTrainer(vocab_size=size, special_tokens=[], unk_token=None,
+                                                         show_progress=False)
     alphabet = pre_tokenizers.ByteLevel.alphabet() if family == "bytelevel" else []
-    trainer = trainers.BpeTrainer(
-        vocab_size=size, min_frequency=min_frequency, initial_alphabet=alphabet, special_tokens=[]
-    )
-    model = models.BPE(byte_fallback=bool(old.get("byte_fallback")), ignore_merges=bool(old.get("ignore_merges")))
-    return model, trainer
+    trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=min_frequency, initial_alphabet=alphabet,
+                                  special_tokens=[], show_progress=False)
+    return models.BPE(ignore_merges=bool(old.get("ignore_merges"))), trainer
+
+
+def _training_pre_tokenizer(old: Any, family: str, like: Any) -> Any:
+    """`like`'s pre-tokenizer, plus a cut before each `▁` where it leaves words whole, plus digit isolation."""
+    parts = [] if old.pre_tokenizer is None else [old.pre_tokenizer]
+    if family == "sentencepiece" and not _splits_words(old):
+        parts.append(pre_tokenizers.Split(SPIECE, behavior="merged_with_next"))
+    if not _has_multi_digit_tokens(like):
+        parts.append(pre_tokenizers.Digits(individual_digits=True))
+    return pre_tokenizers.Sequence(parts) if parts else None
+
+
+def _splits_words(old: Any) -> bool:
+    """Does `like`'s normalizer + pre-tokenizer cut 'ab cd' into more than one piece?"""
+    text = old.normalizer.normalize_str("ab cd") if old.normalizer is not None else "ab cd"
+    return old.pre_tokenizer is not None and len(old.pre_tokenizer.pre_tokenize_str(text)) > 1
+
+
+def _has_multi_digit_tokens(like: Any) -> bool:
+    """Does `like`'s vocabulary hold numbers of two or more digits (Llama-3 does; Gemma and Llama-2 spell them)?"""
+    return any(len(text) > 1 and text.isascii() and text.isdigit()
+               for text in (token.lstrip(SPIECE + "\u0120 ") for token in like.get_vocab()))
+
+
+def _with_reserved(tokenizer: Tokenizer, reserved: list[str], old: dict[str, Any]) -> Tokenizer:
+    """The trained tokenizer with `reserved` pieces first in its vocabulary, byte fallback and unk as in `old`."""
+    state = json.loads(tokenizer.to_str())
+    model = state["model"]
+    if model["type"] == "Unigram":
+        trained = [entry for entry in model["vocab"] if entry[0] not in reserved]
+        floor = min((score for _, score in trained), default=0.0)
+        model["vocab"] = [[piece, floor - 1.0] for piece in reserved] + trained
+        model["unk_id"] = 0 if old.get("unk_id") is not None else None
+    else:
+        trained = [piece for piece, _ in sorted(model["vocab"].items(), key=lambda item: item[1])
+                   if piece not in reserved]
+        model["vocab"] = {piece: index for index, piece in enumerate([*reserved, *trained])}
+        model["unk_token"], model["fuse_unk"] = old.get("unk_token"), bool(old.get("fuse_unk"))
+    model["byte_fallback"] = bool(old.get("byte_fallback"))
+    return Tokenizer.from_str(json.dumps(state))

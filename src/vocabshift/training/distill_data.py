@@ -1,0 +1,142 @@
+"""Data for distillation across tokenizers: raw text in, both tokenizations and their chunk maps out.
+
+`DistillationCollator` tokenizes each text with the student's (new) and the teacher's (old) tokenizer, aligns the
+two into chunks (`chunks.py`), cuts both sides at the same shared boundary, and pads. Everything per token is
+vectorized (the tokenizers' batch encoders and NumPy); nothing per token runs in Python in the training step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InvalidArgumentError
+from .chunks import align_chunks
+
+__all__ = ["DistillationCollator", "pack_texts"]
+
+
+def _prefix_id(tokenizer: Any, side: str) -> int:
+    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if prefix is None:
+        raise InvalidArgumentError(
+            f"The {side} tokenizer has neither a bos nor an eos token, so sequences have no first token to predict "
+            "from: set tokenizer.bos_token (e.g. to its end-of-text token)."
+        )
+    return prefix
+
+
+def _text_of(example: Any) -> str:
+    text = example.get("text") if isinstance(example, Mapping) else example
+    if not isinstance(text, str):
+        raise InvalidArgumentError(
+            f"A training example is a {type(example).__name__}{' without a text string' * isinstance(example, Mapping)}"
+            ": pass strings, or a dataset with a 'text' column of strings."
+        )
+    return text
+
+
+@dataclass
+class DistillationCollator:
+    """Turn raw texts into the student's and the teacher's tokens of the same text span, with their chunks.
+
+    Each sequence starts with the tokenizer's bos token (else eos) on both sides, as its own chunk, and ends at the
+    last shared boundary that fits `max_length` student tokens and `max_teacher_length` teacher tokens.
+
+    Args:
+        tokenizer: the student's tokenizer (the one `extend_vocabulary` returned).
+        teacher_tokenizer: the original tokenizer.
+        max_length (`int`, defaults to 128): student tokens per sequence, its first token included.
+        max_teacher_length (`int`, *optional*): teacher tokens per sequence; defaults to 8 × `max_length`.
+
+    Returns (when called on a list of strings or of `{"text": ...}` examples) a dict of tensors: `input_ids`,
+    `attention_mask`, `labels` (-100 at padding), `teacher_input_ids`, `teacher_attention_mask`, `chunk_ends` /
+    `teacher_chunk_ends` (`(batch, chunks)`: last token of each chunk), `chunk_mask`, and `chunk_ids` /
+    `teacher_chunk_ids` (chunk of every token; -1 at padding).
+    """
+
+    tokenizer: Any
+    teacher_tokenizer: Any
+    max_length: int = 128
+    max_teacher_length: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_length", "max_teacher_length"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
+                raise InvalidArgumentError(f"{name}={value!r} is invalid: pass an int of at least 2.")
+        self._prefixes = (_prefix_id(self.tokenizer, "student"), _prefix_id(self.teacher_tokenizer, "teacher"))
+
+    def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
+        texts = [_text_of(example) for example in examples]
+        sides = [tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+                 for tok in (self.tokenizer, self.teacher_tokenizer)]
+        limits = (self.max_length, self.max_teacher_length or 8 * self.max_length)
+        rows = [self._row(*(self._side(side, i, prefix) for side, prefix in zip(sides, self._prefixes)), limits)
+                for i in range(len(texts))]
+        return _pad(rows)
+
+    @staticmethod
+    def _side(encoded: Any, index: int, prefix: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray([prefix, *encoded["input_ids"][index]], dtype=np.int64)
+        offsets = np.asarray([(0, 0), *encoded["offset_mapping"][index]], dtype=np.int64).reshape(-1, 2)
+        return ids, offsets
+
+    @staticmethod
+    def _row(student: tuple[np.ndarray, np.ndarray], teacher: tuple[np.ndarray, np.ndarray],
+             limits: tuple[int, int]) -> dict[str, np.ndarray]:
+        chunks = align_chunks(student[1], teacher[1])
+        fits = np.flatnonzero((chunks.student_ends < limits[0]) & (chunks.teacher_ends < limits[1]))
+        count = int(fits[-1]) + 1  # chunk 0 (the first token alone) always fits
+        s_len, t_len = int(chunks.student_ends[count - 1]) + 1, int(chunks.teacher_ends[count - 1]) + 1
+        return {
+            "input_ids": student[0][:s_len], "teacher_input_ids": teacher[0][:t_len],
+            "chunk_ends": chunks.student_ends[:count], "teacher_chunk_ends": chunks.teacher_ends[:count],
+            "chunk_ids": chunks.student_chunks[:s_len], "teacher_chunk_ids": chunks.teacher_chunks[:t_len],
+        }
+
+
+def _pad(rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+    """Right-pad every field to the longest row (ids with 0, chunk indices with -1) and add masks and labels."""
+    batch = {}
+    for name in rows[0]:
+        width = max(len(row[name]) for row in rows)
+        fill = 0 if name.endswith("input_ids") else -1
+        padded = np.full((len(rows), width), fill, dtype=np.int64)
+        for index, row in enumerate(rows):
+            padded[index, : len(row[name])] = row[name]
+        batch[name] = torch.from_numpy(padded)
+    lengths = {side: torch.tensor([len(row[f"{side}input_ids"]) for row in rows]) for side in ("", "teacher_")}
+    for side, length in lengths.items():
+        width = batch[f"{side}input_ids"].shape[1]
+        batch[f"{side}attention_mask"] = (torch.arange(width)[None, :] < length[:, None]).long()
+    batch["chunk_mask"] = batch["chunk_ends"] >= 0
+    batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    return batch
+
+
+def pack_texts(texts: Iterable[str], tokenizer: Any, *, max_length: int, separator: str = "\n") -> list[str]:
+    """Join consecutive texts (with `separator`) into texts of about `max_length` tokens of `tokenizer`.
+
+    Short lines waste most of a padded sequence; packing them fills it, as `pack_blocks` does for plain
+    next-token training. A text longer than `max_length` stays alone (the collator cuts it).
+
+    Returns:
+        the packed texts, in order.
+    """
+    texts = list(texts)
+    lengths = [len(ids) + 1 for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    packed, current, used = [], [], 1  # the collator's first token
+    for text, length in zip(texts, lengths):
+        if current and used + length > max_length:
+            packed.append(separator.join(current))
+            current, used = [], 1
+        current.append(text)
+        used += length
+    if current:
+        packed.append(separator.join(current))
+    return packed

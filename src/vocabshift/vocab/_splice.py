@@ -1,0 +1,122 @@
+"""The model-level edits of a tokenizer merge: BPE merges spliced after the old ones, Unigram and WordPiece pieces
+appended, and new pieces dropped again (with everything built from them) when they must not stay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenizers import models
+
+__all__ = ["append_unigram", "append_wordpiece", "drop_pieces", "merge_pairs", "next_id", "splice_bpe"]
+
+
+def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
+    return [tuple(pair.split(" ", 1)) if isinstance(pair, str) else tuple(pair) for pair in model.get("merges", [])]
+
+
+def next_id(state: dict[str, Any]) -> int:
+    vocab = state["model"]["vocab"]
+    ids = list(range(len(vocab))) if isinstance(vocab, list) else list(vocab.values())
+    return max(ids + [entry["id"] for entry in state.get("added_tokens", [])]) + 1
+
+
+def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[str, str], wanted: set[str]) -> int:
+    """Append the new tokenizer's merges that build wanted pieces; return how many pieces stay unreachable.
+
+    `natives` spells every new piece as the old model writes it; only merges whose result is wanted are added, and
+    only once both parts exist (old pieces, or wanted pieces added before).
+    """
+    vocab, merges = state["model"]["vocab"], state["model"]["merges"]
+    first, added = next_id(state), []
+    for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some)
+        if piece in wanted and len(native) == 1 and native not in vocab:
+            vocab[native] = first + len(added)
+            added.append(native)
+    for left, right in merge_pairs(new_state["model"]):
+        a, b = natives.get(left), natives.get(right)
+        if left + right not in wanted or a is None or b is None or a not in vocab or b not in vocab or a + b in vocab:
+            continue
+        vocab[a + b] = first + len(added)
+        merges.append([a, b])
+        added.append(a + b)
+    dead = _repair_unreachable(state, added)
+    drop_pieces(state, dead, first_new_id=first)
+    return len(dead)
+
+
+def _bpe_model(model: dict[str, Any]) -> models.BPE:
+    """The BPE model of a tokenizer.json `model` entry, built directly (no JSON round trip of the whole state)."""
+    options = {key: model[key] for key in ("unk_token", "continuing_subword_prefix", "end_of_word_suffix")
+               if model.get(key) is not None}
+    return models.BPE(vocab=model["vocab"], merges=merge_pairs(model), byte_fallback=bool(model.get("byte_fallback")),
+                      fuse_unk=bool(model.get("fuse_unk")), ignore_merges=bool(model.get("ignore_merges")), **options)
+
+
+def _unreachable(state: dict[str, Any], pieces: list[str]) -> dict[str, list[str]]:
+    """Pieces the BPE model does not produce from their own text, with what it produces instead."""
+    model = _bpe_model(state["model"])
+    result = {}
+    for piece in pieces:
+        produced = [token.value for token in model.tokenize(piece)]
+        if produced != [piece]:
+            result[piece] = produced
+    return result
+
+
+def _repair_unreachable(state: dict[str, Any], added: list[str]) -> set[str]:
+    """Add one merge for each unreachable piece that comes out as two pieces; return those still unreachable.
+
+    Merges appended later rank below every merge that builds a reachable piece, so only pieces that were
+    unreachable need checking again.
+    """
+    unreachable = _unreachable(state, added)
+    for _ in range(3):
+        repairable = [produced for produced in unreachable.values() if len(produced) == 2]
+        if not repairable:
+            break
+        state["model"]["merges"].extend([list(pair) for pair in repairable])
+        unreachable = _unreachable(state, list(unreachable))
+    return set(unreachable)
+
+
+def drop_pieces(state: dict[str, Any], dead: set[str], *, first_new_id: int) -> None:
+    """Remove new pieces (and, for BPE, every piece built from them), then renumber the new ids densely."""
+    model = state["model"]
+    if model["type"] == "Unigram":
+        model["vocab"] = model["vocab"][:first_new_id] + [e for e in model["vocab"][first_new_id:] if e[0] not in dead]
+        return
+    if model["type"] == "BPE":
+        dead = _with_descendants(model, dead)
+        model["merges"] = [m for m in model["merges"] if not {m[0], m[1], m[0] + m[1]} & dead]
+    kept = sorted((i, p) for p, i in model["vocab"].items() if i >= first_new_id and p not in dead)
+    model["vocab"] = {p: i for p, i in model["vocab"].items() if i < first_new_id}
+    model["vocab"].update({piece: first_new_id + offset for offset, (_, piece) in enumerate(kept)})
+
+
+def _with_descendants(model: dict[str, Any], dead: set[str]) -> set[str]:
+    """`dead` plus every piece whose merge needs a dead piece (merges come in build order)."""
+    dead = set(dead)
+    for a, b in merge_pairs(model):
+        if a in dead or b in dead:
+            dead.add(a + b)
+    return dead
+
+
+def append_unigram(state: dict[str, Any], new_state: dict[str, Any], natives: dict[str, str], wanted: set[str]) -> int:
+    vocab = state["model"]["vocab"]
+    present = {piece for piece, _ in vocab}
+    scores = dict(map(tuple, new_state["model"]["vocab"]))
+    for piece, native in natives.items():
+        if piece in wanted and native not in present:
+            vocab.append([native, scores[piece]])
+            present.add(native)
+    return 0
+
+
+def append_wordpiece(state: dict[str, Any], natives: dict[str, str], wanted: set[str]) -> int:
+    vocab = state["model"]["vocab"]
+    index = next_id(state)
+    for piece, native in natives.items():
+        if piece in wanted and native not in vocab:
+            vocab[native], index = index, index + 1
+    return 0

