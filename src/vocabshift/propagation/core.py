@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InvalidArgumentError, OutputExistsError, RecordError, ShardError
+from ..headers import check_weight_map
 from ..record import CONFIG_KEY, ExtensionRecord
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
@@ -142,10 +143,7 @@ def _record(adapted: Model) -> ExtensionRecord:
 def _all_headers(instruct: Model) -> dict[str, Header]:
     """Every shard of instruct (downloaded when remote; only headers are read), checked against the index."""
     headers = {name: read_header(instruct.source.file(name)) for name in instruct.layout.shards}
-    for key, shard in instruct.layout.weight_map.items():
-        if key not in headers[shard].tensors:
-            raise ShardError(f"The index of instruct={instruct.source.name!r} puts {key} in {shard}, which does not "
-                             "hold it: the folder is corrupted; download or save it again.")
+    check_weight_map(instruct.layout.weight_map, headers, index=f"The index of instruct={instruct.source.name!r}")
     return headers
 
 
