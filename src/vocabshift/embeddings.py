@@ -32,7 +32,8 @@ def find_embeddings(model: Any) -> Embeddings:
     """The model's input embeddings and head.
 
     Raises:
-        `UnsupportedModelError`: without an input embedding matrix, or with a head of another shape.
+        `UnsupportedModelError`: without an input embedding matrix, with a head of another shape, or with
+            embeddings whose values are not loaded (on the meta device).
     """
     try:
         inputs = model.get_input_embeddings()
@@ -51,7 +52,21 @@ def find_embeddings(model: Any) -> Embeddings:
             f"{tuple(weight.shape)}: vocabshift needs one row per token in both."
         )
     untied = head if head is not None and head.weight is not weight else None
+    _check_materialized(model, {"input embeddings": weight, "output head": getattr(untied, "weight", None)})
     return Embeddings(inputs, untied, head, weight.shape[0])
+
+
+def _check_materialized(model: Any, weights: dict[str, torch.Tensor | None]) -> None:
+    """Refuse weights on the meta device: building new rows needs the old ones' values, and without this check the
+    failure would come late, from deep inside the resize."""
+    for what, weight in weights.items():
+        if weight is not None and weight.is_meta:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} holds its {what} on the meta device: the values are not loaded (a model "
+                "built under torch.device('meta') or init_empty_weights, or offloaded by device_map / cpu_offload). "
+                "Load the weights first: from_pretrained(...) without a device_map that offloads, then call "
+                "extend_vocabulary."
+            )
 
 
 def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int | None) -> int:
