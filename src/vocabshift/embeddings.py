@@ -7,11 +7,13 @@ from typing import Any
 
 import torch
 
-from .errors import UnsupportedModelError
+from .errors import TokenizerMismatchError, UnsupportedModelError
 from .methods import InitResult
+from .record import CONFIG_KEY, get_record
 from .vocab.align import Alignment
+from .vocab.load import fingerprint
 
-__all__ = ["Embeddings", "assemble_weights", "find_embeddings", "row_count"]
+__all__ = ["Embeddings", "assemble_weights", "check_tokenizer", "find_embeddings", "row_count"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,27 @@ def _check_materialized(model: Any, weights: dict[str, torch.Tensor | None]) -> 
                 "built under torch.device('meta') or init_empty_weights, or offloaded by device_map / cpu_offload). "
                 "Load the weights first: from_pretrained(...) without a device_map that offloads, then call "
                 "extend_vocabulary."
+            )
+
+
+def check_tokenizer(model: Any, tokenizer: Any, rows: int, *, argument: str) -> None:
+    """`tokenizer` can be `model`'s: it has no id beyond the embedding rows and, when the model carries an
+    ExtensionRecord, it is the tokenizer the last `extend_vocabulary` call returned (same fingerprint).
+
+    Raises:
+        `TokenizerMismatchError`: naming `argument`.
+    """
+    if len(tokenizer) > rows:
+        raise TokenizerMismatchError(
+            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {rows} embedding rows: it is not "
+            "this model's tokenizer. Pass the tokenizer the model was trained with."
+        )
+    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
+        expected = get_record(model).tokenizer_sha256
+        if fingerprint(tokenizer) != expected:
+            raise TokenizerMismatchError(
+                f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call "
+                f"(fingerprint {expected[:12]}...): pass that tokenizer."
             )
 
 

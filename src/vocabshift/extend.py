@@ -14,17 +14,16 @@ from typing import Any
 import torch
 
 from . import __version__
-from .embeddings import Embeddings, assemble_weights, find_embeddings, row_count
+from .embeddings import Embeddings, assemble_weights, check_tokenizer, find_embeddings, row_count
 from .errors import (
     InvalidArgumentError,
     MethodResultError,
     NoNewTokensError,
     TokenizerLoadError,
-    TokenizerMismatchError,
     UnsupportedModelError,
 )
 from .methods import InitContext, InitResult
-from .record import CONFIG_KEY, ExtensionRecord, get_record, id_ranges, pack_ids
+from .record import CONFIG_KEY, ExtensionRecord, id_ranges, pack_ids
 from .registry import build_config, get_method
 from .vocab.align import Alignment, align
 from .vocab.load import fingerprint, load_tokenizer
@@ -86,7 +85,7 @@ def extend_vocabulary(
     embeddings = find_embeddings(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
-    _check_belongs(model, source, embeddings)
+    check_tokenizer(model, source, embeddings.rows, argument="source_tokenizer")
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new)
@@ -134,21 +133,6 @@ def _default_source(model: Any, source_tokenizer: Any) -> Any:
             "memory): pass source_tokenizer=<the model's tokenizer>."
         )
     return path
-
-
-def _check_belongs(model: Any, source: Any, embeddings: Embeddings) -> None:
-    if len(source) > embeddings.rows:
-        raise TokenizerMismatchError(
-            f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
-            "rows: it is not this model's tokenizer. Pass the tokenizer the model was trained with."
-        )
-    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        expected = get_record(model).tokenizer_sha256
-        if fingerprint(source) != expected:
-            raise TokenizerMismatchError(
-                "source_tokenizer is not the tokenizer returned by the model's last extend_vocabulary call "
-                f"(fingerprint {expected[:12]}...): pass that tokenizer."
-            )
 
 
 def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,
