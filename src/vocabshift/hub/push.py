@@ -17,7 +17,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolder
 from ..headers import check_folder_files
 from .card import model_card
 
-__all__ = ["check_repo_id", "push_to_hub"]
+__all__ = ["check_repo_id", "check_revision", "push_to_hub"]
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
@@ -160,6 +160,17 @@ def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revisi
                                    f"stored login; got {'an empty string' if token == '' else type(token).__name__}.")
     if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
         raise InvalidArgumentError(f"commit_message={commit_message!r} is invalid: pass a non-empty string or None.")
-    if revision is not None and (not isinstance(revision, str) or not revision or _BAD_BRANCH.search(revision)):
-        raise InvalidArgumentError(f"revision={revision!r} is not a branch name (git refuses empty names, spaces, "
-                                   "'..', '~^:?*[\\' and a leading '-' or '/'): pass e.g. 'main' or 'dev', or None.")
+    if revision is not None:
+        check_revision(revision)
+
+
+def check_revision(revision: Any, *, argument: str = "revision") -> str:
+    """`revision` itself if git accepts it as a branch name (`git check-ref-format`), checked without a request.
+
+    Raises:
+        `InvalidArgumentError`
+    """
+    if not isinstance(revision, str) or not revision or _BAD_BRANCH.search(revision):
+        raise InvalidArgumentError(f"{argument}={revision!r} is not a branch name (git refuses empty names, spaces, "
+                                   "'..', '~^:?*[\\' and a leading '-' or '/'): pass e.g. 'main' or 'dev'.")
+    return revision
