@@ -16,8 +16,9 @@ from ..record import CONFIG_KEY, ExtensionRecord
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
-from .checks import Model, check_lineage, check_siblings
+from .checks import Model, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
+from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
 from .plan import RowPlan, fit_pairs, propagated_blocks, row_plan
 from .shards import Header, Matrix, copy_shard, read_header, write_shard
@@ -72,7 +73,8 @@ def propagate(
         `ModelFolderError`: an input is neither a model folder nor a readable Hub repo, or has no safetensors.
         `ShardError`: a shard is missing, truncated or corrupted.
         `SiblingMismatchError`: base and instruct differ in architecture, hidden size, vocabulary or tying.
-        `LineageError`: adapted was not extended from base (per its record).
+        `LineageError`: adapted was not extended from base (per its record, and per its rows of old tokens, which
+            must equal base's unless CPT trained them), base and instruct look swapped, or instruct is base.
         `RecordError`: adapted carries no record, or one its folder does not match.
 
     Example:
@@ -88,6 +90,8 @@ def propagate(
                "instruct": (instruct, instruct_revision)}
     models = {role: _model(value, role, revision, token) for role, (value, revision) in options.items()}
     record = _record(models["adapted"])
+    check_facts(record, models["adapted"], models["base"], models["instruct"])
+    check_rows(record, models["adapted"], models["base"], models["instruct"])
     headers = _all_headers(models["instruct"])
     with atomic_folder(target) as folder:
         models, tokenizer, plan, fits = _stream(models, headers, method, record, folder, hardlink)

@@ -22,7 +22,7 @@ import torch
 from ..errors import UnsupportedModelError
 from ..headers import ITEM_BITS, Header, TensorInfo, corrupted, read_header
 
-__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "write_shard"]
+__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "same_bytes", "write_shard"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,21 @@ def _copy_range(source: int, target: int, begin: int, end: int, path: Path) -> N
         _pread_into(source, view, begin, path)
         _write_all(target, view)
         begin += len(view)
+
+
+def same_bytes(first: Path, first_begin: int, second: Path, second_begin: int, length: int) -> bool:
+    """Whether `length` bytes of two files, from the given offsets, are the same (read in 1 MB chunks, stopping
+    at the first difference)."""
+    buffers = [bytearray(min(_COPY_CHUNK, length)) for _ in range(2)]
+    with open(first, "rb", buffering=0) as a, open(second, "rb", buffering=0) as b:
+        for offset in range(0, length, _COPY_CHUNK):
+            size = min(_COPY_CHUNK, length - offset)
+            views = [memoryview(buffer)[:size] for buffer in buffers]
+            _pread_into(a.fileno(), views[0], first_begin + offset, first)
+            _pread_into(b.fileno(), views[1], second_begin + offset, second)
+            if views[0] != views[1]:
+                return False
+    return True
 
 
 def write_shard(target: Path, header: Header, replaced: dict[str, tuple[tuple[int, ...], torch.dtype, Blocks]]
