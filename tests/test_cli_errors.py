@@ -55,8 +55,8 @@ USAGE = [
     (["extend", "m", "n", "o", "--pad-to-multiple-of", "0"], "argument --pad-to-multiple-of: '0' is not an integer"),
     (["extend", "m", "n", "o", "--pad-to-multiple-of", "-64"], "argument --pad-to-multiple-of: '-64' is not an"),
     (["extend", "m", "n", "o", "--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
-    (["extend", "m", "n", "o", "--max-shard-size", "lots"], "argument --max-shard-size: 'lots' is not a size"),
-    (["extend", "m", "n", "o", "--max-shard-size", "0MB"], "argument --max-shard-size: '0MB' is not a size"),
+    (["extend", "m", "n", "o", "--max-shard-size", "lots"], "--max-shard-size: max_shard_size='lots' is not a shard"),
+    (["extend", "m", "n", "o", "--max-shard-size", "0MB"], "--max-shard-size: max_shard_size='0MB' is not a shard"),
     (["evaluate", "m", "t", "--max-lines", "0"], "argument --max-lines: '0' is not an integer >= 1"),
     (["push", "f", "a/b/c"], "argument repo_id: repo_id='a/b/c' is not a Hub repo id"),
     (["push", "f", "my model"], "argument repo_id: repo_id='my model' is not a Hub repo id"),
@@ -86,7 +86,8 @@ def test_a_folder_without_config_or_tokenizer(folders, tmp_path, capsys, command
     assert code == 1 and "is neither a folder nor a Hub repo id" in err, err
     if command[0] != "extend":  # extend loads the model, and its tokenizer as source_tokenizer
         code, err = _run(argv(folders / "no-tokenizer"), capsys)
-        assert code == 1 and err.startswith(f"error: Could not load the tokenizer of model='{folders / 'no-tokenizer'}'")
+        assert code == 1 and err.startswith(f"error: Could not load the tokenizer of model="
+                                            f"'{folders / 'no-tokenizer'}'")
     assert not (tmp_path / "out").exists()
 
 

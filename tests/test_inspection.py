@@ -89,3 +89,8 @@ def test_a_folder_without_config_or_weights(tmp_path, folder, capsys):
         shard.unlink()
     code, _, err = _inspect(folder, capsys)
     assert code == 1 and "has no *.safetensors weights" in err
+
+
+def test_a_folder_that_is_not_a_path():
+    with pytest.raises(vocabshift.errors.InvalidArgumentTypeError, match="folder=3 is a int: pass a path"):
+        vocabshift.inspect_folder(3)

@@ -61,8 +61,8 @@ def test_instruct_that_is_base(frozen, tmp_path):
              "instruct sibling fine-tuned from base; pass it as instruct", frozen["adapted"], frozen["base"],
              frozen["base"])
     same = _changed(frozen["base"], tmp_path, "copy-of-base", lambda tensors: None)  # other layout, same weights
-    _refused(tmp_path, errors.LineageError, "instruct=.*copy-of-base' holds the same weights as base=", frozen["adapted"],
-             frozen["base"], same)
+    _refused(tmp_path, errors.LineageError, "instruct=.*copy-of-base' holds the same weights as base=",
+             frozen["adapted"], frozen["base"], same)
 
 
 def test_a_sibling_that_differs_only_in_its_body_passes(frozen, tmp_path):

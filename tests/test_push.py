@@ -180,7 +180,7 @@ def test_bad_options_are_refused_before_any_request(extended, tmp_path, loopback
     with pytest.raises(error, match=match) as refused:
         vocabshift.push_to_hub(folder, REPO, **options)
     assert "hf_secret" not in str(refused.value) and loopback_hub.requests == []
-    with pytest.raises(InvalidArgumentTypeError, match="folder=3 is a int: pass the path of a folder"):
+    with pytest.raises(InvalidArgumentTypeError, match="folder=3 is a int: pass a path"):
         vocabshift.push_to_hub(3, REPO)
 
 

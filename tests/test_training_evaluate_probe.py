@@ -172,5 +172,12 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
         with pytest.raises(InvalidArgumentError, match=match):
             vocabshift.probe(model, new, arguments.pop("train_texts"), arguments.pop("held_out_texts"),
                              methods=["random"], source_tokenizer="/never/loaded", **arguments)
+    with pytest.raises(InvalidTokenizerError, match="new_tokenizer is a int"):  # before any scoring
+        vocabshift.probe(model, 42, ru_held, ru_held, methods=["random"], source_tokenizer="/never/loaded")
+    with pytest.raises(InvalidArgumentTypeError, match="model is a str: pass a loaded causal LM"):
+        vocabshift.probe("out/model", new, ru_held, ru_held, methods=["random"], source_tokenizer=source)
+    with pytest.raises(UnsupportedModelError, match="model \\(BertModel\\) has no LM head"):
+        vocabshift.probe(make_model("bert-encoder", tokenizers_en["wordpiece"]), new, ru_held, ru_held,
+                         methods=["random"], source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="fewer than one block of context_length=128"):
         vocabshift.probe(model, new, ["мало"], ru_held[:2], methods=["random"], source_tokenizer=source)

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Callable
 
+from .arguments import check_shard_size
 from .errors import InvalidArgumentError
 from .hub.push import check_repo_id, check_revision
 
 __all__ = ["CONTEXT", "NON_NEGATIVE_INT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "branch", "repo_id",
            "shard_size"]
-
-_SIZE = re.compile(r"(\d+(\.\d*)?)\s*(KB|MB|GB|TB)", re.IGNORECASE)
-
 
 def _number(kind: type, accepted: str, valid: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse type: `kind(text)` if it is finite and `valid`, else a usage error saying what is accepted."""
@@ -63,10 +60,7 @@ branch = _library(check_revision)
 
 def shard_size(text: str) -> str | int:
     """A shard size as `save_pretrained` takes it: a number with a unit (`2GB`, `500MB`) or a count of bytes."""
-    match = _SIZE.fullmatch(text.strip())
-    if text.strip().isdigit() and int(text) > 0:
-        return int(text)
-    if match is None or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: pass a number with KB, MB, GB or TB (e.g. 2GB), "
-                                         "or a number of bytes")
-    return text.strip()
+    try:
+        return check_shard_size(int(text) if text.strip().isdigit() else text, name="max_shard_size")
+    except InvalidArgumentError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import transformers
 
+from .arguments import check_path
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import check_weight_map, read_header, read_weight_map
 from .record import CONFIG_KEY, ExtensionRecord
@@ -77,7 +78,7 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
         >>> print(report); assert report.ok
         ```
     """
-    folder = Path(folder)
+    folder = check_path(folder, name="folder")
     raw, config = _read_config(folder)
     report = Inspection(folder, None)
     if not isinstance(raw.get(CONFIG_KEY), dict):

@@ -13,6 +13,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from ..arguments import check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError, UnsafeWeightsError
 from ..headers import check_folder_files
 from .card import model_card
@@ -149,15 +150,11 @@ def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
 
 
 def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revision: Any, commit_message: Any) -> None:
-    if not isinstance(folder, (str, os.PathLike)):
-        raise InvalidArgumentTypeError(f"folder={folder!r} is a {type(folder).__name__}: pass the path of a folder "
-                                       "written by save_pretrained.")
+    check_path(folder, name="folder")
     check_repo_id(repo_id)
     if not isinstance(private, bool):
         raise InvalidArgumentTypeError(f"private={private!r} is a {type(private).__name__}: pass True or False.")
-    if token is not None and (not isinstance(token, str) or not token):  # its value is never echoed
-        raise InvalidArgumentError(f"token must be a non-empty string (a Hub token), or None to use HF_TOKEN or the "
-                                   f"stored login; got {'an empty string' if token == '' else type(token).__name__}.")
+    check_token(token)
     if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
         raise InvalidArgumentError(f"commit_message={commit_message!r} is invalid: pass a non-empty string or None.")
     if revision is not None:

@@ -12,14 +12,14 @@ from typing import Any
 import torch
 
 from ..arguments import check_count, check_texts, is_int
-from ..embeddings import check_tokenizer, find_embeddings
+from ..embeddings import Embeddings, check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
 from ..record import CONFIG_KEY, get_record
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
 from .metrics import default_prefix, token_nll
 
-__all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
+__all__ = ["Evaluation", "ModelScores", "check_causal_lm", "eval_mode", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -149,16 +149,26 @@ def evaluate(
     return Evaluation(scores, len(texts), len("\n".join(texts).encode("utf-8")))
 
 
-def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefix: str) -> Any:
-    """The tokenizer as a fast tokenizer, once it is known to fit the model and the model to be a loaded causal LM
-    that can take windows of `context_length` (`prefix`: "" or "original_", for the argument names)."""
+def check_causal_lm(model: Any, *, argument: str) -> Embeddings:
+    """`model`'s embeddings, once it is known to be a loaded model with an LM head (what held-out scoring needs).
+
+    Raises:
+        `InvalidArgumentTypeError`: not a model. `UnsupportedModelError`: no LM head, or weights not loaded.
+    """
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise InvalidArgumentTypeError(f"{prefix}model is a {type(model).__name__}: pass a loaded causal LM, e.g. "
+        raise InvalidArgumentTypeError(f"{argument} is a {type(model).__name__}: pass a loaded causal LM, e.g. "
                                        "AutoModelForCausalLM.from_pretrained(folder).")
     embeddings = find_embeddings(model)
     if embeddings.head is None:
-        raise UnsupportedModelError(f"{prefix}model ({type(model).__name__}) has no LM head: evaluate scores causal "
-                                    "language models; load it with AutoModelForCausalLM.")
+        raise UnsupportedModelError(f"{argument} ({type(model).__name__}) has no LM head: held-out scoring needs a "
+                                    "causal language model; load it with AutoModelForCausalLM.")
+    return embeddings
+
+
+def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefix: str) -> Any:
+    """The tokenizer as a fast tokenizer, once it is known to fit the model and the model to be a loaded causal LM
+    that can take windows of `context_length` (`prefix`: "" or "original_", for the argument names)."""
+    embeddings = check_causal_lm(model, argument=f"{prefix}model")
     tokenizer = load_tokenizer(tokenizer, argument=f"{prefix}tokenizer")
     check_tokenizer(model, tokenizer, embeddings.rows, argument=f"{prefix}tokenizer")
     default_prefix(tokenizer)

@@ -23,7 +23,7 @@ from ..extend import extend_vocabulary
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
 from .data import pack_blocks
-from .evaluation import eval_mode
+from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
@@ -154,6 +154,8 @@ def probe(
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
     if output_dir is not None:
         require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
+    check_causal_lm(model, argument="model")
+    new_tokenizer = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
     with eval_mode(model):
