@@ -122,3 +122,21 @@ def test_the_check_reads_a_sample_of_embedding_rows_only(frozen, monkeypatch):
         self, ids, **options))
     lineage.check_rows(record, models["adapted"], models["base"], models["instruct"])
     assert reads == [512, 512, 512] and models["base"].input.rows > 512
+
+
+def _with_record(folder, tmp_path, **changes):
+    copy = shutil.copytree(folder, tmp_path / "damaged")
+    config = json.loads((copy / "config.json").read_text())
+    config["vocabshift"].update(changes)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_a_damaged_record(trained, frozen, tmp_path):
+    damaged = _with_record(trained["adapted"], tmp_path, shared="not-base64!")
+    _refused(tmp_path, errors.RecordError, "A packed id list of the vocabshift record is corrupted \\(Error: .*\\): "
+             "the record is damaged; re-run extend_vocabulary", damaged, trained["base"], trained["instruct"])
+    shutil.rmtree(damaged)
+    damaged = _with_record(frozen["adapted"], tmp_path, old_vocab_size=10**6)
+    _refused(tmp_path, errors.RecordError, "adapted=.*damaged' has a record whose shared rows lie outside its \\d+ "
+             "rows or base's \\d+", damaged, frozen["base"], frozen["instruct"])

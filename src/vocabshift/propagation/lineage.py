@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import LineageError
+from ..errors import LineageError, RecordError
 from ..record import ExtensionRecord
 from .checks import Model, lineage_fix
 from .fit import spread_runs
@@ -34,12 +34,11 @@ def check_rows(record: ExtensionRecord, adapted: Model, base: Model, instruct: M
     Run after `check_facts` (same hidden size; base has the rows the record names).
 
     Raises:
-        `LineageError`: naming the argument that looks wrong.
+        `LineageError`: naming the argument that looks wrong. `RecordError`: shared rows beyond the matrices.
     """
     if base.source.folder.resolve() == instruct.source.folder.resolve():
         raise LineageError(_same_weights(base.source, instruct.source, "is the same model as"))
-    pairs = torch.tensor(record.shared_pairs(), dtype=torch.long).reshape(-1, 2)
-    pairs = spread_runs(pairs[pairs[:, 1] < instruct.input.rows], total=_SAMPLE)
+    pairs = _sampled_pairs(record, adapted, base, instruct)
     if not len(pairs):
         return
     rows = (adapted.input.gather(pairs[:, 0]), base.input.gather(pairs[:, 1]), instruct.input.gather(pairs[:, 1]))
@@ -50,6 +49,17 @@ def check_rows(record: ExtensionRecord, adapted: Model, base: Model, instruct: M
         _check_trained(record, rows, base, instruct, f"CPT with rows={trained[0]!r}")
     else:
         _check_frozen(record, rows, base, instruct)
+
+
+def _sampled_pairs(record: ExtensionRecord, adapted: Model, base: Model, instruct: Model) -> torch.Tensor:
+    """At most `_SAMPLE` of the record's `(adapted id, base id)` pairs of copied rows, in runs."""
+    pairs = torch.tensor(record.shared_pairs(), dtype=torch.long).reshape(-1, 2)
+    if len(pairs) and (pairs.min() < 0 or pairs[:, 0].max() >= adapted.input.rows or
+                       pairs[:, 1].max() >= base.input.rows):
+        raise RecordError(f"adapted={adapted.source.name!r} has a record whose shared rows lie outside its "
+                          f"{adapted.input.rows} rows or base's {base.input.rows}: the record is damaged; re-run "
+                          "extend_vocabulary.")
+    return spread_runs(pairs[pairs[:, 1] < instruct.input.rows], total=_SAMPLE)
 
 
 def _check_frozen(record: ExtensionRecord, rows: tuple[torch.Tensor, ...], base: Model, instruct: Model) -> None:
