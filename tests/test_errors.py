@@ -203,3 +203,35 @@ def test_errors_are_also_builtin_errors():
     assert issubclass(errors.MethodOptionError, TypeError)
     assert all(issubclass(getattr(errors, name), errors.VocabShiftError) for name in errors.__all__)
     assert vocabshift.VocabShiftError is errors.VocabShiftError
+
+
+def test_model_on_the_meta_device(tokenizers_en, tokenizers_ru):
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    with torch.device("meta"):
+        model = make_model("qwen2-tied", source)
+    with pytest.raises(errors.UnsupportedModelError, match="Qwen2ForCausalLM holds its input embeddings on the meta "
+                       "device: the values are not loaded .* Load the weights first: from_pretrained\\(...\\) without "
+                       "a device_map that offloads"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert model.get_input_embeddings().weight.shape[0] == len(source)
+
+
+def test_model_offloaded_by_accelerate(tokenizers_en, tokenizers_ru):
+    from accelerate import cpu_offload
+
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    cpu_offload(model, execution_device=torch.device("cpu"))  # what device_map offloading does: weights to meta
+    config = model.config.to_dict()
+    with pytest.raises(errors.UnsupportedModelError, match="LlamaForCausalLM holds its input embeddings on the meta "
+                       "device"):  # refused up front: before the (here unloadable) tokenizers are even read
+        model.extend_vocabulary("/no/such/tokenizer", source_tokenizer="/no/such/tokenizer")
+    assert model.config.to_dict() == config and model.get_input_embeddings().weight.shape[0] == len(
+        tokenizers_en["sentencepiece"])
+
+
+def test_untied_head_on_the_meta_device(tokenizers_en, tokenizers_ru):
+    model = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    model.lm_head.to("meta")
+    with pytest.raises(errors.UnsupportedModelError, match="LlamaForCausalLM holds its output head on the meta device"):
+        model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=tokenizers_en["sentencepiece"])
+    assert model.get_input_embeddings().weight.shape[0] == len(tokenizers_en["sentencepiece"])

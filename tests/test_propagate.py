@@ -185,10 +185,10 @@ def test_swap_measures_its_identity_residual_on_spread_runs(monkeypatch):
 
     monkeypatch.setattr(fit, "_SWAP_SAMPLE", 64)
     ids = torch.arange(1000) * 3
-    sample = fit._spread_runs(ids, runs=4)
+    sample = fit.spread_runs(ids, runs=4)
     assert len(sample) == 64 and set(sample.tolist()) <= set(ids.tolist())
     assert sample[0] == 0 and sample[-1] == ids[-1]  # the runs reach both ends
-    assert len(torch.unique(sample)) == 64 and torch.equal(fit._spread_runs(ids[:50], runs=4), ids[:50])
+    assert len(torch.unique(sample)) == 64 and torch.equal(fit.spread_runs(ids[:50], runs=4), ids[:50])
 
 
 def test_the_map_skips_rows_cpt_left_unchanged():

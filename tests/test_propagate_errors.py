@@ -42,6 +42,25 @@ def test_unknown_method(family, tmp_path):
              "'conversion'", family["adapted"], family["base"], family["instruct"], method="lep")
 
 
+@pytest.mark.parametrize(("change", "error", "match"), [
+    ({"adapted": None}, errors.InvalidArgumentTypeError, "adapted=None is a NoneType: pass a path"),
+    ({"instruct": 3}, errors.InvalidArgumentTypeError, "instruct=3 is a int: pass a path"),
+    ({"base": ""}, errors.InvalidArgumentError, "base is an empty path"),
+    ({"output_dir": ["out"]}, errors.InvalidArgumentTypeError, "output_dir=\\['out'\\] is a list: pass a path"),
+    ({"method": None}, errors.InvalidArgumentError, "method=None is invalid: pass one of 'swap'"),
+    ({"base_revision": ""}, errors.InvalidArgumentError, "base_revision='' is invalid: pass a branch, tag or commit"),
+    ({"instruct_revision": 5}, errors.InvalidArgumentError, "instruct_revision=5 is invalid"),
+    ({"token": ""}, errors.InvalidArgumentError, "token must be a non-empty string \\(a Hub token\\), True, False or"),
+    ({"hardlink": "yes"}, errors.InvalidArgumentTypeError, "hardlink='yes' is a str: pass True or False"),
+])
+def test_arguments_of_the_wrong_type_or_value(family, tmp_path, change, error, match):
+    arguments = {"adapted": family["adapted"], "base": family["base"], "instruct": family["instruct"],
+                 "output_dir": tmp_path / "out", **change}
+    with pytest.raises(error, match=match):
+        vocabshift.propagate(arguments.pop("adapted"), arguments.pop("base"), arguments.pop("instruct"), **arguments)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_output_dir_not_empty(family, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("keep me")
@@ -98,8 +117,8 @@ def test_adapted_not_made_from_base(family, tokenizers_ru, tmp_path):
     _refused(tmp_path, errors.LineageError, "adapted was extended from a model with another tokenizer or row count",
              family["adapted"], base, base)
     # base and instruct swapped: same tokenizer, but the record says CPT froze the old rows, and they differ
-    _refused(tmp_path, errors.LineageError, "adapted's rows of old tokens differ from base's.*were base and "
-             "instruct swapped", family["adapted"], family["instruct"], family["base"])
+    _refused(tmp_path, errors.LineageError, "adapted's rows of old tokens differ from base's and equal instruct's.*"
+             "base and instruct look swapped", family["adapted"], family["instruct"], family["base"])
 
 
 def _shards(folder):

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
 from conftest import ROOT, make_model
-from vocabshift.errors import ModelFolderError, UnsafeWeightsError
+from vocabshift.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    ModelFolderError,
+    ShardError,
+    UnsafeWeightsError,
+)
 
 REPO = "loopback-user/tiny-ru"
 
@@ -113,6 +120,68 @@ def test_push_refuses_pickles_and_incomplete_folders_before_any_request(extended
     with pytest.raises(ModelFolderError, match="is not a folder"):
         vocabshift.push_to_hub(tmp_path / "missing", REPO)
     assert loopback_hub.requests == []
+
+
+def test_push_validates_every_shard_and_the_index_before_any_request(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru", max_shard_size="60KB")
+    shard = shards(os.listdir(folder))[-1]
+    data = (folder / shard).read_bytes()
+    (folder / shard).write_bytes(data[:-1])
+    with pytest.raises(ShardError, match=f"'{folder / shard}' is not a valid safetensors file \\(the tensors end at "
+                                         "byte \\d+ but the file has \\d+\\): it is truncated or corrupted"):
+        vocabshift.push_to_hub(folder, REPO)
+    (folder / shard).write_bytes(data[:8] + b"[" + data[9:])
+    with pytest.raises(ShardError, match=f"{shard}' is not a valid safetensors file \\(unreadable header"):
+        vocabshift.push_to_hub(folder, REPO)
+    (folder / shard).unlink()
+    with pytest.raises(ShardError, match=f"model.safetensors.index.json' puts .* in {shard}, which is missing"):
+        vocabshift.push_to_hub(folder, REPO)
+    (folder / "model.safetensors.index.json").write_text("{\"weight_map\": [1, 2]}")
+    with pytest.raises(ShardError, match="model.safetensors.index.json' is not a shard index"):
+        vocabshift.push_to_hub(folder, REPO)
+    (folder / "config.json").write_text("{\"vocab_size\": ")
+    with pytest.raises(ModelFolderError, match="config.json' is not a JSON object: it is corrupted"):
+        vocabshift.push_to_hub(folder, REPO)
+    assert loopback_hub.requests == []
+
+
+@pytest.mark.parametrize(("repo_id", "error", "match"), [
+    ("a/b/c", InvalidArgumentError, "repo_id='a/b/c' is not a Hub repo id \\(Repo id must be in the form"),
+    ("my model", InvalidArgumentError, "repo_id='my model' is not a Hub repo id .* pass 'namespace/name' or 'name'"),
+    ("me/x--y", InvalidArgumentError, "Cannot have -- or .."),
+    ("me/x.git", InvalidArgumentError, "cannot end by '.git'"),
+    ("", InvalidArgumentError, "repo_id='' is not a Hub repo id"),
+    ("me/" + "x" * 97, InvalidArgumentError, "maximum length is 96"),
+    (None, InvalidArgumentTypeError, "repo_id=None is a NoneType: pass the repo id as a string"),
+    (Path("me/x"), InvalidArgumentTypeError, "repo_id=.* is a PosixPath"),
+])
+def test_bad_repo_ids_are_refused_before_any_request(extended, tmp_path, loopback_hub, repo_id, error, match):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    with pytest.raises(error, match=match):
+        vocabshift.push_to_hub(folder, repo_id)
+    assert loopback_hub.requests == []
+
+
+@pytest.mark.parametrize(("options", "error", "match"), [
+    ({"private": "yes"}, InvalidArgumentTypeError, "private='yes' is a str: pass True or False"),
+    ({"revision": "my branch"}, InvalidArgumentError, "revision='my branch' is not a branch name"),
+    ({"revision": "-x"}, InvalidArgumentError, "revision='-x' is not a branch name"),
+    ({"revision": ""}, InvalidArgumentError, "revision='' is not a branch name"),
+    ({"revision": 3}, InvalidArgumentError, "revision=3 is not a branch name"),
+    ({"commit_message": " "}, InvalidArgumentError, "commit_message=' ' is invalid: pass a non-empty string"),
+    ({"token": ""}, InvalidArgumentError, "token must be a non-empty string .*; got an empty string"),
+    ({"token": b"hf_secret"}, InvalidArgumentError, "token must be a non-empty string .*; got bytes"),
+])
+def test_bad_options_are_refused_before_any_request(extended, tmp_path, loopback_hub, options, error, match):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    with pytest.raises(error, match=match) as refused:
+        vocabshift.push_to_hub(folder, REPO, **options)
+    assert "hf_secret" not in str(refused.value) and loopback_hub.requests == []
+    with pytest.raises(InvalidArgumentTypeError, match="folder=3 is a int: pass a path"):
+        vocabshift.push_to_hub(3, REPO)
 
 
 def test_the_token_is_sent_but_never_logged(extended, tmp_path, loopback_hub, caplog, capfd):

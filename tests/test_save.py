@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 import vocabshift
 from conftest import ROOT
 from vocabshift import save
-from vocabshift.errors import ModelFolderError
+from vocabshift.errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError
 
 TINY = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2)
@@ -125,3 +125,28 @@ def test_refuses_to_replace_what_is_not_a_model_folder(tmp_path):
     with pytest.raises(ModelFolderError, match="is a file"):
         vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "file")
     assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("arguments", "error", "match"), [
+    ({"max_shard_size": "lots"}, InvalidArgumentError, "max_shard_size='lots' is not a shard size: pass a positive"),
+    ({"max_shard_size": "0GB"}, InvalidArgumentError, "max_shard_size='0GB' is not a shard size"),
+    ({"max_shard_size": "2GiB"}, InvalidArgumentError, "max_shard_size='2GiB' is not a shard size"),
+    ({"max_shard_size": -5}, InvalidArgumentError, "max_shard_size=-5 is not a shard size"),
+    ({"max_shard_size": 2.5}, InvalidArgumentTypeError, "max_shard_size=2.5 is not a shard size"),
+    ({"model": None}, InvalidArgumentTypeError, "model is a NoneType, which has no save_pretrained"),
+    ({"tokenizer": "ru-tokenizer/"}, InvalidArgumentTypeError, "tokenizer is a str, which has no save_pretrained"),
+    ({"folder": 7}, InvalidArgumentTypeError, "folder=7 is a int: pass a path"),
+    ({"folder": ""}, InvalidArgumentError, "folder is an empty path"),
+])
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, arguments, error, match):
+    options = {"model": tiny(0), "tokenizer": None, "folder": tmp_path / "out", **arguments}
+    with pytest.raises(error, match=match):
+        vocabshift.save_pretrained_atomic(options.pop("model"), options.pop("tokenizer"), options.pop("folder"),
+                                          **options)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shard_sizes_as_huggingface_hub_reads_them(tmp_path):
+    for size in ("20KB", "0.02 mb", 20_000):
+        folder = vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / str(size), max_shard_size=size)
+        assert len(list(folder.glob("*.safetensors"))) > 1

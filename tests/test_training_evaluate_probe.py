@@ -11,7 +11,17 @@ from transformers import AutoModelForCausalLM
 
 import vocabshift
 from conftest import make_model
-from vocabshift.errors import InvalidArgumentError, MethodOptionError, RecordError, UnknownMethodError
+from vocabshift.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidTokenizerError,
+    MethodOptionError,
+    RecordError,
+    TokenizerLoadError,
+    TokenizerMismatchError,
+    UnknownMethodError,
+    UnsupportedModelError,
+)
 from vocabshift.training import bits_per_byte
 
 
@@ -63,6 +73,43 @@ def test_evaluate_refuses_bad_input(pair, ru_held):
         result.add_to_record(original)
 
 
+@pytest.mark.parametrize(("change", "error", "match"), [
+    ({"texts": ("line", 3)}, InvalidArgumentTypeError, "texts\\[1\\] is a int: pass a non-empty list of strings"),
+    ({"texts": ["line", " "]}, InvalidArgumentError, "texts\\[1\\] is blank: drop empty lines from texts"),
+    ({"texts": ["", "line"]}, InvalidArgumentError, "texts\\[0\\] is empty"),
+    ({"texts": iter(["line"])}, InvalidArgumentTypeError, "texts is a list_iterator: pass a non-empty list"),
+    ({"texts": b"line"}, InvalidArgumentTypeError, "texts is a bytes"),
+    ({"context_length": 1}, InvalidArgumentError, "context_length=1 is invalid: pass an int >= 2"),
+    ({"context_length": 64.0}, InvalidArgumentTypeError, "context_length=64.0 is a float: pass an int >= 2"),
+    ({"context_length": 10**6}, InvalidArgumentError, "context_length=1000000 is longer than the 2048 positions of "
+     "model \\(LlamaForCausalLM\\): pass at most 2048"),
+    ({"batch_size": 0}, InvalidArgumentError, "batch_size=0 is invalid: pass an int >= 1"),
+    ({"batch_size": True}, InvalidArgumentTypeError, "batch_size=True is a bool"),
+    ({"model": "out/model"}, InvalidArgumentTypeError, "model is a str: pass a loaded causal LM"),
+    ({"tokenizer": 3}, InvalidTokenizerError, "tokenizer is a int; pass a fast tokenizer"),
+    ({"tokenizer": "/no/such/tokenizer"}, TokenizerLoadError, "Could not load tokenizer='/no/such/tokenizer'"),
+])
+def test_evaluate_refuses_bad_arguments(pair, ru_held, change, error, match):
+    model, tokenizer, _, _ = pair
+    arguments = {"model": model, "tokenizer": tokenizer, "texts": ru_held[:3], **change}
+    with pytest.raises(error, match=match):
+        vocabshift.evaluate(arguments.pop("model"), arguments.pop("tokenizer"), arguments.pop("texts"), **arguments)
+
+
+def test_evaluate_refuses_a_tokenizer_that_is_not_the_models(pair, ru_held, tokenizers_ru, tokenizers_en):
+    model, tokenizer, original, source = pair
+    with pytest.raises(TokenizerMismatchError, match="original_tokenizer has \\d+ tokens but LlamaForCausalLM has "
+                       "\\d+ embedding rows, and ids beyond them are ordinary tokens"):
+        vocabshift.evaluate(model, tokenizer, ru_held[:3], original_model=original, original_tokenizer=tokenizer)
+    with pytest.raises(TokenizerMismatchError, match="tokenizer is not the tokenizer returned by the model's last "
+                       "extend_vocabulary call"):  # the old tokenizer on the extended model: fewer tokens, wrong ids
+        vocabshift.evaluate(model, source, ru_held[:3])
+    bert = make_model("bert-encoder", tokenizers_en["wordpiece"])
+    with pytest.raises(UnsupportedModelError, match="original_model \\(BertModel\\) has no LM head"):
+        vocabshift.evaluate(model, tokenizer, ru_held[:3], original_model=bert,
+                            original_tokenizer=tokenizers_en["wordpiece"])
+
+
 PROBE = dict(steps=4, eval_every=2, batch_size=8, context_length=32, learning_rate=3e-3, seed=3)
 
 
@@ -112,5 +159,25 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], rows="old", source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="steps=0 is invalid"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], steps=0, source_tokenizer=source)
+    for option, match in ((dict(batch_size=-1), "batch_size=-1 is invalid: pass an int >= 1"),
+                          (dict(context_length=1), "context_length=1 is invalid: pass an int >= 2"),
+                          (dict(learning_rate=0.0), "learning_rate=0.0 is invalid: pass a finite number > 0"),
+                          (dict(learning_rate=float("nan")), "learning_rate=nan is invalid"),
+                          (dict(weight_decay=-0.1), "weight_decay=-0.1 is invalid: pass a finite number >= 0"),
+                          (dict(seed=-1), "seed=-1 is invalid: pass an int >= 0"),
+                          (dict(eval_every="2"), "eval_every='2' is a str"),
+                          (dict(train_texts="text"), "train_texts is a str: pass a non-empty list of strings"),
+                          (dict(held_out_texts=[]), "held_out_texts is empty")):
+        arguments = {"train_texts": ru_held, "held_out_texts": ru_held, **option}
+        with pytest.raises(InvalidArgumentError, match=match):
+            vocabshift.probe(model, new, arguments.pop("train_texts"), arguments.pop("held_out_texts"),
+                             methods=["random"], source_tokenizer="/never/loaded", **arguments)
+    with pytest.raises(InvalidTokenizerError, match="new_tokenizer is a int"):  # before any scoring
+        vocabshift.probe(model, 42, ru_held, ru_held, methods=["random"], source_tokenizer="/never/loaded")
+    with pytest.raises(InvalidArgumentTypeError, match="model is a str: pass a loaded causal LM"):
+        vocabshift.probe("out/model", new, ru_held, ru_held, methods=["random"], source_tokenizer=source)
+    with pytest.raises(UnsupportedModelError, match="model \\(BertModel\\) has no LM head"):
+        vocabshift.probe(make_model("bert-encoder", tokenizers_en["wordpiece"]), new, ru_held, ru_held,
+                         methods=["random"], source_tokenizer=source)
     with pytest.raises(InvalidArgumentError, match="fewer than one block of context_length=128"):
         vocabshift.probe(model, new, ["мало"], ru_held[:2], methods=["random"], source_tokenizer=source)

@@ -7,9 +7,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from transformers import AutoTokenizer, Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments
 
-from .cli import arg, load_model, subcommand
+from .cli import arg, load_model, model_tokenizer, subcommand
+from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE
 from .errors import InvalidArgumentError
 from .record import CONFIG_KEY
 from .save import atomic_folder
@@ -30,18 +31,19 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("texts", help=f"training text: {_TEXTS}"),
     arg("output_dir", help="output folder (written atomically; an existing model folder there is replaced)"),
     arg("--rows", default="new", choices=("new", "all"), help="train only the new rows (default) or every row"),
-    arg("--max-steps", type=int, default=100, help="optimizer steps (default: 100)"),
-    arg("--batch-size", type=int, default=8, help="blocks per step (default: 8)"),
-    arg("--context-length", type=int, default=128, help="tokens per block (default: 128)"),
-    arg("--learning-rate", type=float, default=1e-3, help="peak AdamW learning rate (default: 1e-3)"),
-    arg("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default: 0)"),
-    arg("--seed", type=int, default=0, help="seed of the data order and of dropout (default: 0)"),
+    arg("--max-steps", type=POSITIVE_INT, default=100, help="optimizer steps (default: 100)"),
+    arg("--batch-size", type=POSITIVE_INT, default=8, help="blocks per step (default: 8)"),
+    arg("--context-length", type=CONTEXT, default=128, help="tokens per block (default: 128)"),
+    arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="peak AdamW learning rate (default: 1e-3)"),
+    arg("--weight-decay", type=NON_NEGATIVE_RATE, default=0.0, help="AdamW weight decay (default: 0)"),
+    arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of the data order and of dropout (default: 0)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
     require_matplotlib()  # for the loss curve: fail now, not after training
-    model, tokenizer = load_model(args.model), AutoTokenizer.from_pretrained(args.model)
+    tokenizer = model_tokenizer(args.model)
     blocks = pack_blocks(tokenizer, texts, args.context_length)
+    model = load_model(args.model)
     dataset = [{"input_ids": block, "labels": block} for block in blocks]
     with tempfile.TemporaryDirectory() as work:
         options = TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
@@ -68,16 +70,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     arg("model", help="model folder (with its tokenizer)"),
     arg("texts", help=f"held-out text: {_TEXTS}"),
     arg("--original-model", help="the original model folder or Hub id, scored with its own tokenizer"),
-    arg("--max-lines", type=int, help="score only the first N lines"),
+    arg("--max-lines", type=POSITIVE_INT, help="score only the first N lines"),
     arg("--add-to-record", action="store_true", help="store the result in the folder's config.json record"),
 )
 def cmd_evaluate(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)[: args.max_lines]
-    model, tokenizer = load_model(args.model), AutoTokenizer.from_pretrained(args.model)
+    tokenizer, model = model_tokenizer(args.model), load_model(args.model)
     original = {}
     if args.original_model:
-        original = {"original_model": load_model(args.original_model),
-                    "original_tokenizer": AutoTokenizer.from_pretrained(args.original_model)}
+        original = {"original_tokenizer": model_tokenizer(args.original_model, argument="--original-model"),
+                    "original_model": load_model(args.original_model, argument="--original-model")}
     result = evaluate(model, tokenizer, texts, **original)
     print(result)
     if args.add_to_record:
@@ -104,23 +106,24 @@ def _rewrite_record(folder: Path, config) -> None:
     arg("new_tokenizer", help="target-language tokenizer: folder, tokenizer.json or Hub id"),
     arg("texts", help=f"target-language text: {_TEXTS}"),
     arg("--methods", nargs="+", required=True, help="method names (see `vocabshift methods`)"),
-    arg("--held-out", type=int, default=200, help="last N lines of TEXTS held out for scoring (default: 200)"),
-    arg("--steps", type=int, default=50, help="embedding-only steps per method (default: 50)"),
-    arg("--eval-every", type=int, default=10, help="score every N steps (default: 10)"),
+    arg("--held-out", type=POSITIVE_INT, default=200, help="last N lines of TEXTS held out for scoring (default: 200)"),
+    arg("--steps", type=POSITIVE_INT, default=50, help="embedding-only steps per method (default: 50)"),
+    arg("--eval-every", type=POSITIVE_INT, default=10, help="score every N steps (default: 10)"),
     arg("--mode", default="extend", choices=("extend", "replace"), help="as for extend (default: extend)"),
-    arg("--batch-size", type=int, default=8, help="blocks per step (default: 8)"),
-    arg("--context-length", type=int, default=128, help="tokens per block (default: 128)"),
-    arg("--learning-rate", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)"),
-    arg("--seed", type=int, default=0, help="seed (default: 0)"),
+    arg("--batch-size", type=POSITIVE_INT, default=8, help="blocks per step (default: 8)"),
+    arg("--context-length", type=CONTEXT, default=128, help="tokens per block (default: 128)"),
+    arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="AdamW learning rate (default: 1e-3)"),
+    arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed (default: 0)"),
     arg("--output-dir", default="probe", help="where to write probe.md and probe.png (default: ./probe)"),
 )
 def cmd_probe(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
     if not 0 < args.held_out < len(texts):
         raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
+    source = model_tokenizer(args.model)
     result = probe(load_model(args.model), args.new_tokenizer, texts[: -args.held_out], texts[-args.held_out :],
                    methods=args.methods, steps=args.steps, eval_every=args.eval_every, mode=args.mode,
-                   source_tokenizer=AutoTokenizer.from_pretrained(args.model), batch_size=args.batch_size,
+                   source_tokenizer=source, batch_size=args.batch_size,
                    context_length=args.context_length, learning_rate=args.learning_rate, seed=args.seed,
                    output_dir=args.output_dir)
     print(result)

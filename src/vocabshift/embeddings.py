@@ -7,11 +7,13 @@ from typing import Any
 
 import torch
 
-from .errors import UnsupportedModelError
+from .errors import TokenizerMismatchError, UnsupportedModelError
 from .methods import InitResult
+from .record import CONFIG_KEY, get_record
 from .vocab.align import Alignment
+from .vocab.load import fingerprint
 
-__all__ = ["Embeddings", "assemble_weights", "find_embeddings", "row_count"]
+__all__ = ["Embeddings", "assemble_weights", "check_tokenizer", "find_embeddings", "row_count"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ def find_embeddings(model: Any) -> Embeddings:
     """The model's input embeddings and head.
 
     Raises:
-        `UnsupportedModelError`: without an input embedding matrix, or with a head of another shape.
+        `UnsupportedModelError`: without an input embedding matrix, with a head of another shape, or with
+            embeddings whose values are not loaded (on the meta device).
     """
     try:
         inputs = model.get_input_embeddings()
@@ -51,7 +54,58 @@ def find_embeddings(model: Any) -> Embeddings:
             f"{tuple(weight.shape)}: vocabshift needs one row per token in both."
         )
     untied = head if head is not None and head.weight is not weight else None
+    _check_materialized(model, {"input embeddings": weight, "output head": getattr(untied, "weight", None)})
     return Embeddings(inputs, untied, head, weight.shape[0])
+
+
+def _check_materialized(model: Any, weights: dict[str, torch.Tensor | None]) -> None:
+    """Refuse weights on the meta device: building new rows needs the old ones' values, and without this check the
+    failure would come late, from deep inside the resize."""
+    for what, weight in weights.items():
+        if weight is not None and weight.is_meta:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} holds its {what} on the meta device: the values are not loaded (a model "
+                "built under torch.device('meta') or init_empty_weights, or offloaded by device_map / cpu_offload). "
+                "Load the weights first: from_pretrained(...) without a device_map that offloads, then call "
+                "extend_vocabulary."
+            )
+
+
+# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
+# tokenizer, whose ids would name rows of other tokens.
+MAX_PADDING_ROWS = 1024
+
+
+def check_tokenizer(model: Any, tokenizer: Any, rows: int, *, argument: str) -> None:
+    """`tokenizer` can be `model`'s: no ordinary token beyond the embedding rows (special tokens may be, as
+    Gemma-3's image token is), no more rows without a token than padding explains, and, when the model carries an
+    ExtensionRecord, it is the tokenizer the last `extend_vocabulary` call returned (same fingerprint).
+
+    Raises:
+        `TokenizerMismatchError`: naming `argument`.
+    """
+    beyond = sorted(token for token, index in tokenizer.get_vocab().items() if index >= rows)
+    if not set(beyond) <= set(tokenizer.all_special_tokens):
+        raise TokenizerMismatchError(
+            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {rows} embedding rows, and ids "
+            f"beyond them are ordinary tokens (e.g. {beyond[0]!r}): it is not this model's tokenizer. Pass the "
+            "tokenizer the model was trained with."
+        )
+    if rows - len(tokenizer) > MAX_PADDING_ROWS:
+        raise TokenizerMismatchError(
+            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {rows} embedding rows: "
+            f"{rows - len(tokenizer)} rows would have no token, more than padding explains, so it is not this "
+            "model's tokenizer (new tokens would overwrite rows of the model's own tokens). Pass the tokenizer the "
+            "model was trained with; if those rows really are unused padding, shrink them first with "
+            "model.resize_token_embeddings(len(tokenizer))."
+        )
+    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
+        expected = get_record(model).tokenizer_sha256
+        if fingerprint(tokenizer) != expected:
+            raise TokenizerMismatchError(
+                f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call "
+                f"(fingerprint {expected[:12]}...): pass that tokenizer."
+            )
 
 
 def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int | None) -> int:

@@ -11,6 +11,7 @@ __all__ = [
     "HelperModelError",
     "IncompatibleTokenizerError",
     "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidTokenizerError",
     "LineageError",
     "MethodOptionError",
@@ -40,6 +41,10 @@ class VocabShiftError(Exception):
 
 class InvalidArgumentError(VocabShiftError, ValueError):
     """An argument has a value outside what is accepted (e.g. `mode`, `pad_to_multiple_of`, `seed`)."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument is of the wrong type (e.g. one string where a list of strings is expected)."""
 
 
 class InvalidTokenizerError(VocabShiftError, TypeError):

@@ -16,17 +16,16 @@ import torch
 
 from . import __version__
 from .corpus import source_lines
-from .embeddings import Embeddings, assemble_weights, find_embeddings, row_count
+from .embeddings import Embeddings, assemble_weights, check_tokenizer, find_embeddings, row_count
 from .errors import (
     InvalidArgumentError,
     MethodResultError,
     NoNewTokensError,
     TokenizerLoadError,
-    TokenizerMismatchError,
     UnsupportedModelError,
 )
 from .methods import InitContext, InitResult
-from .record import CONFIG_KEY, ExtensionRecord, get_record, id_ranges, pack_ids
+from .record import CONFIG_KEY, ExtensionRecord, id_ranges, pack_ids
 from .registry import build_config, get_method
 from .vocab.align import Alignment, align
 from .vocab.load import fingerprint, load_tokenizer
@@ -37,9 +36,6 @@ __all__ = ["extend_vocabulary"]
 
 logger = logging.getLogger(__name__)
 _MODES = ("extend", "replace")
-# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
-# tokenizer, whose new ids would land on rows of real tokens.
-_MAX_PADDING_ROWS = 1024
 
 
 def extend_vocabulary(
@@ -99,7 +95,7 @@ def extend_vocabulary(
     embeddings = find_embeddings(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
-    _check_belongs(model, source, embeddings)
+    check_tokenizer(model, source, embeddings.rows, argument="source_tokenizer")
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts,
@@ -167,30 +163,6 @@ def _default_source(model: Any, source_tokenizer: Any) -> Any:
             "memory): pass source_tokenizer=<the model's tokenizer>."
         )
     return path
-
-
-def _check_belongs(model: Any, source: Any, embeddings: Embeddings) -> None:
-    beyond = [token for token, index in source.get_vocab().items() if index >= embeddings.rows]
-    if beyond and not set(beyond) <= set(source.all_special_tokens):
-        raise TokenizerMismatchError(
-            f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
-            f"rows, and ids beyond them are ordinary tokens (e.g. {sorted(beyond)[0]!r}): it is not this model's "
-            "tokenizer. Pass the tokenizer the model was trained with."
-        )
-    if embeddings.rows - len(source) > _MAX_PADDING_ROWS:
-        raise TokenizerMismatchError(
-            f"source_tokenizer has {len(source)} tokens but {type(model).__name__} has {embeddings.rows} embedding "
-            f"rows: new tokens would take ids {len(source)} and up, overwriting rows that belong to the model's own "
-            "tokens. Pass the tokenizer the model was trained with; if those rows really are unused padding, shrink "
-            "them first with model.resize_token_embeddings(len(tokenizer))."
-        )
-    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        expected = get_record(model).tokenizer_sha256
-        if fingerprint(source) != expected:
-            raise TokenizerMismatchError(
-                "source_tokenizer is not the tokenizer returned by the model's last extend_vocabulary call "
-                f"(fingerprint {expected[:12]}...): pass that tokenizer."
-            )
 
 
 def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,

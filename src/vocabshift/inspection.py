@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 import transformers
-from safetensors import safe_open
 
-from .errors import ModelFolderError, TokenizerLoadError
+from .arguments import check_path
+from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
+from .headers import check_weight_map, read_header, read_weight_map
 from .record import CONFIG_KEY, ExtensionRecord
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -68,7 +69,8 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
         `Inspection`: `.ok` is False when a problem was found; `str(inspection)` is a readable report.
 
     Raises:
-        `ModelFolderError`: the folder has no config.json or no safetensors weights.
+        `ModelFolderError`: the folder has no config.json (or one transformers cannot read) or no safetensors
+            weights. A truncated or corrupted shard, a damaged record or tokenizer are problems in the report.
 
     Example:
         ```python
@@ -76,16 +78,17 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
         >>> print(report); assert report.ok
         ```
     """
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained.")
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = transformers.AutoConfig.from_pretrained(folder)
-    record = ExtensionRecord.from_dict(raw[CONFIG_KEY]) if isinstance(raw.get(CONFIG_KEY), dict) else None
-    report = Inspection(folder, record)
-    rows, tied = _check_embeddings(report, folder, config)
-    if record is None:
+    folder = check_path(folder, name="folder")
+    raw, config = _read_config(folder)
+    report = Inspection(folder, None)
+    if not isinstance(raw.get(CONFIG_KEY), dict):
         report.notes.append("no vocabshift record in config.json: the folder was not written after extend_vocabulary")
+    else:
+        try:
+            report.record = ExtensionRecord.from_dict(raw[CONFIG_KEY])
+        except RecordError as error:
+            report.problems.append(str(error))
+    rows, tied = _check_embeddings(report, folder, config)
     try:
         tokenizer = load_tokenizer(folder, argument="folder")
     except TokenizerLoadError as error:
@@ -97,16 +100,43 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
     return report
 
 
-def _saved_shapes(folder: Path) -> dict[str, list[int]]:
+def _read_config(folder: Path) -> tuple[dict[str, Any], Any]:
+    """config.json as JSON and as transformers reads it."""
+    if not (folder / "config.json").is_file():
+        raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained.")
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        config = transformers.AutoConfig.from_pretrained(folder)
+    except (ValueError, OSError, TypeError, KeyError) as error:  # JSONDecodeError, unknown model_type, bad fields
+        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({type(error).__name__}: {error}): "
+                               "it is corrupted or written by a newer transformers; save the model again.") from None
+    return raw, config
+
+
+def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:
+    """The shapes of every tensor in the readable shards; each unreadable shard, or an index its shards
+    contradict, is a problem."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelFolderError(f"{str(folder)!r} has no *.safetensors weights: pass a folder written by "
                                "save_pretrained.")
-    shapes = {}
+    headers, broken = {}, set()
     for path in files:
-        with safe_open(str(path), framework="pt") as handle:
-            shapes.update({name: handle.get_slice(name).get_shape() for name in handle.keys()})
-    return shapes
+        try:
+            headers[path.name] = read_header(path)
+        except ShardError as error:
+            report.problems.append(str(error))
+            broken.add(path.name)
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            weight_map = {key: shard for key, shard in read_weight_map(index).items() if shard not in broken}
+            check_weight_map(weight_map, headers, index=repr(str(index)))
+    except ShardError as error:
+        report.problems.append(str(error))
+    return {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}
 
 
 def _parameter_names(config: Any) -> tuple[list[str], list[str]]:
@@ -130,12 +160,13 @@ def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
 
 
 def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[int | None, bool]:
-    shapes = _saved_shapes(folder)
+    shapes = _saved_shapes(report, folder)
     input_names, head_names = _parameter_names(config)
     tied = bool(head_names) and bool(set(input_names) & set(head_names))
     rows = (_stored(shapes, input_names) or [None])[0]
     if rows is None:
-        report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the safetensors files")
+        report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the readable safetensors "
+                               "files")
         return None, tied
     report.facts.append(("embedding rows", f"{rows:,} x {_stored(shapes, input_names)[1]:,}"))
     head = None if tied or not head_names else _stored(shapes, [n for n in head_names if n not in input_names])

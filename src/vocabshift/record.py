@@ -7,6 +7,7 @@ pairs) are stored packed (zlib + base64 of little-endian int32) so that `print(m
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 import zlib
 from collections.abc import Iterable, Sequence
@@ -28,8 +29,16 @@ def pack_ids(ids: Iterable[int]) -> str:
 
 
 def unpack_ids(packed: str) -> list[int]:
-    """Inverse of `pack_ids`."""
-    return np.frombuffer(zlib.decompress(base64.b64decode(packed)), dtype="<i4").tolist()
+    """Inverse of `pack_ids`.
+
+    Raises:
+        `RecordError`: `packed` was not written by `pack_ids` (a hand-edited or truncated record).
+    """
+    try:
+        return np.frombuffer(zlib.decompress(base64.b64decode(packed, validate=True)), dtype="<i4").tolist()
+    except (binascii.Error, zlib.error, ValueError, TypeError) as error:
+        raise RecordError(f"A packed id list of the vocabshift record is corrupted ({type(error).__name__}: "
+                          f"{error}): the record is damaged; re-run extend_vocabulary.") from None
 
 
 def id_ranges(ids: Sequence[int]) -> list[list[int]]:

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelFolderError
+from .arguments import check_path, check_shard_size
+from .errors import InvalidArgumentTypeError, ModelFolderError
 
 __all__ = ["atomic_folder", "save_pretrained_atomic"]
 
@@ -42,7 +43,7 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
         `ModelFolderError`: `folder` is a file, or a non-empty folder without `config.json` (vocabshift replaces only
             folders that hold a saved model, never unrelated data).
     """
-    target = Path(folder)
+    target = check_path(folder, name="folder")
     _check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(target)
@@ -69,8 +70,10 @@ def save_pretrained_atomic(model: Any, tokenizer: Any, folder: str | os.PathLike
     Returns:
         `Path`: the folder.
 
-    Raises:
+    Raises (before anything is written):
         `ModelFolderError`: see `atomic_folder`.
+        `InvalidArgumentError`: a `max_shard_size` that is not a size, a model or tokenizer without
+            `save_pretrained`, a folder that is not a path (`InvalidArgumentTypeError` for wrong types).
 
     Example:
         ```python
@@ -78,7 +81,12 @@ def save_pretrained_atomic(model: Any, tokenizer: Any, folder: str | os.PathLike
         >>> vocabshift.save_pretrained_atomic(model, tokenizer, "out/smollm2-ru")
         ```
     """
-    options = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    for name, value in (("model", model), ("tokenizer", tokenizer)):
+        if (value is not None or name == "model") and not callable(getattr(value, "save_pretrained", None)):
+            raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__}, which has no save_pretrained: pass "
+                                           "a transformers model and its tokenizer (or tokenizer=None).")
+    options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
+                                                                                     name="max_shard_size")}
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:

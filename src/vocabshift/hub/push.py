@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
-from ..errors import ModelFolderError, UnsafeWeightsError
+from ..arguments import check_path, check_token
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError, UnsafeWeightsError
+from ..headers import check_folder_files
 from .card import model_card
 
-__all__ = ["push_to_hub"]
+__all__ = ["check_repo_id", "check_revision", "push_to_hub"]
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+# What git refuses in a branch name (git check-ref-format): "..", "@{", "//", control characters, space ~ ^ : ? * [ \,
+# a leading "-" or "/", a trailing "/", "." or ".lock".
+_BAD_BRANCH = re.compile(r"\.\.|@\{|//|[\x00-\x20\x7f~^:?*\[\\]|^[-/]|/$|\.$|\.lock$|^@$")
 
 
 def push_to_hub(
@@ -46,9 +56,12 @@ def push_to_hub(
     Returns:
         `str`: the URL of the commit.
 
-    Raises:
-        `ModelFolderError`: the folder has no `config.json` or no `*.safetensors` weights.
+    Raises (all but the last before any request):
+        `InvalidArgumentError`: `repo_id` is not a Hub repo id, `revision` not a branch name, or an argument of the
+            wrong type (`InvalidArgumentTypeError`).
+        `ModelFolderError`: the folder has no `config.json` (or one that is not JSON) or no `*.safetensors` weights.
         `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
+        `ShardError`: a safetensors file is truncated or corrupted, or an index names a missing shard.
         `RecordError`: no `README.md` and no vocabshift record to generate one from.
         `huggingface_hub.errors.HfHubHTTPError`: the Hub refused a request (e.g. no write access).
 
@@ -58,9 +71,11 @@ def push_to_hub(
         'https://huggingface.co/me/smollm2-ru/commit/...'
         ```
     """
+    _check_arguments(folder, repo_id, private, token, revision, commit_message)
     folder = Path(folder)
     files = _files(folder)
     _check_folder(folder, files)
+    check_folder_files(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
     api = HfApi(token=token)
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -108,3 +123,51 @@ def _check_folder(folder: Path, files: list[str]) -> None:
         raise ModelFolderError(
             f"{str(folder)!r} lacks config.json or *.safetensors weights: pass a folder written by save_pretrained."
         )
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        config = None
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{str(folder / 'config.json')!r} is not a JSON object: it is corrupted; save the "
+                               "model again.")
+
+
+def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
+    """`repo_id` itself if it is a Hub repo id (`name` or `namespace/name`), checked locally, without a request.
+
+    Raises:
+        `InvalidArgumentError`: not a repo id (`InvalidArgumentTypeError`: not a string).
+    """
+    if not isinstance(repo_id, str):
+        raise InvalidArgumentTypeError(f"{argument}={repo_id!r} is a {type(repo_id).__name__}: pass the repo id as a "
+                                       "string, 'namespace/name' or 'name'.")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise InvalidArgumentError(f"{argument}={repo_id!r} is not a Hub repo id ({error}): pass 'namespace/name' "
+                                   "or 'name', e.g. 'me/smollm2-ru'.") from None
+    return repo_id
+
+
+def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revision: Any, commit_message: Any) -> None:
+    check_path(folder, name="folder")
+    check_repo_id(repo_id)
+    if not isinstance(private, bool):
+        raise InvalidArgumentTypeError(f"private={private!r} is a {type(private).__name__}: pass True or False.")
+    check_token(token)
+    if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
+        raise InvalidArgumentError(f"commit_message={commit_message!r} is invalid: pass a non-empty string or None.")
+    if revision is not None:
+        check_revision(revision)
+
+
+def check_revision(revision: Any, *, argument: str = "revision") -> str:
+    """`revision` itself if git accepts it as a branch name (`git check-ref-format`), checked without a request.
+
+    Raises:
+        `InvalidArgumentError`
+    """
+    if not isinstance(revision, str) or not revision or _BAD_BRANCH.search(revision):
+        raise InvalidArgumentError(f"{argument}={revision!r} is not a branch name (git refuses empty names, spaces, "
+                                   "'..', '~^:?*[\\' and a leading '-' or '/'): pass e.g. 'main' or 'dev'.")
+    return revision

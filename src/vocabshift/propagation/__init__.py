@@ -1,8 +1,9 @@
 """LEP (Learned Embedding Propagation, arXiv 2412.21140) on safetensors shards, streaming.
 
-`sources` (local folder or Hub repo, where the embedding tensors are) -> `checks` (siblings, lineage) ->
-`plan` (output vocabulary and where each row comes from) -> `fit` (the map W) -> `shards` (rows read with
-pread, shards copied or rewritten tensor by tensor) -> `outputs` (config, generation config, index, record).
+`sources` (local folder or Hub repo, where the embedding tensors are) -> `checks` (siblings, lineage per the
+record) and `lineage` (per the rows themselves) -> `plan` (output vocabulary and where each row comes from) ->
+`fit` (the map W) -> `shards` (rows read with pread, shards copied or rewritten tensor by tensor) -> `outputs`
+(config, generation config, index, record).
 """
 
 from .core import propagate

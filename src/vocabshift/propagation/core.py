@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import InvalidArgumentError, OutputExistsError, RecordError, ShardError
+from ..arguments import check_path, check_token
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, RecordError, ShardError
+from ..headers import check_weight_map
 from ..record import CONFIG_KEY, ExtensionRecord
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
-from .checks import Model, check_lineage, check_siblings
+from .checks import Model, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
+from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
 from .plan import RowPlan, fit_pairs, propagated_blocks, row_plan
 from .shards import Header, Matrix, copy_shard, read_header, write_shard
@@ -66,12 +69,14 @@ def propagate(
         fit residuals, row counts).
 
     Raises:
-        `InvalidArgumentError`: unknown `method`, or a revision for a local folder.
+        `InvalidArgumentError`: unknown `method`, a revision for a local folder, an empty revision or token, or
+            an argument of the wrong type (`InvalidArgumentTypeError`).
         `OutputExistsError`: `output_dir` holds files.
         `ModelFolderError`: an input is neither a model folder nor a readable Hub repo, or has no safetensors.
         `ShardError`: a shard is missing, truncated or corrupted.
         `SiblingMismatchError`: base and instruct differ in architecture, hidden size, vocabulary or tying.
-        `LineageError`: adapted was not extended from base (per its record).
+        `LineageError`: adapted was not extended from base (per its record, and per its rows of old tokens, which
+            must equal base's unless CPT trained them), base and instruct look swapped, or instruct is base.
         `RecordError`: adapted carries no record, or one its folder does not match.
 
     Example:
@@ -80,13 +85,14 @@ def propagate(
         ...                      "HuggingFaceTB/SmolLM2-135M-Instruct", output_dir="out/smollm2-ru-instruct")
         ```
     """
-    if method not in METHODS:
-        raise InvalidArgumentError(f"method={method!r} is invalid: pass one of {', '.join(map(repr, METHODS))}.")
-    target = _check_output_dir(output_dir)
     options = {"adapted": (adapted, adapted_revision), "base": (base, base_revision),
                "instruct": (instruct, instruct_revision)}
+    _check_arguments(options, method, token, hardlink)
+    target = _check_output_dir(output_dir)
     models = {role: _model(value, role, revision, token) for role, (value, revision) in options.items()}
     record = _record(models["adapted"])
+    check_facts(record, models["adapted"], models["base"], models["instruct"])
+    check_rows(record, models["adapted"], models["base"], models["instruct"])
     headers = _all_headers(models["instruct"])
     with atomic_folder(target) as folder:
         models, tokenizer, plan, fits = _stream(models, headers, method, record, folder, hardlink)
@@ -97,8 +103,21 @@ def propagate(
     return target
 
 
+def _check_arguments(options: dict[str, tuple[Any, Any]], method: Any, token: Any, hardlink: Any) -> None:
+    if method not in METHODS:
+        raise InvalidArgumentError(f"method={method!r} is invalid: pass one of {', '.join(map(repr, METHODS))}.")
+    for role, (value, revision) in options.items():
+        check_path(value, name=role)
+        if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+            raise InvalidArgumentError(f"{role}_revision={revision!r} is invalid: pass a branch, tag or commit of "
+                                       f"the {role} Hub repo, or None.")
+    check_token(token, booleans=True)
+    if not isinstance(hardlink, bool):
+        raise InvalidArgumentTypeError(f"hardlink={hardlink!r} is a {type(hardlink).__name__}: pass True or False.")
+
+
 def _check_output_dir(output_dir: str | os.PathLike) -> Path:
-    target = Path(output_dir)
+    target = check_path(output_dir, name="output_dir")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise OutputExistsError(f"output_dir={str(output_dir)!r} exists and is not an empty folder: pass a new or "
                                 "empty folder (propagate never overwrites).")
@@ -142,10 +161,7 @@ def _record(adapted: Model) -> ExtensionRecord:
 def _all_headers(instruct: Model) -> dict[str, Header]:
     """Every shard of instruct (downloaded when remote; only headers are read), checked against the index."""
     headers = {name: read_header(instruct.source.file(name)) for name in instruct.layout.shards}
-    for key, shard in instruct.layout.weight_map.items():
-        if key not in headers[shard].tensors:
-            raise ShardError(f"The index of instruct={instruct.source.name!r} puts {key} in {shard}, which does not "
-                             "hold it: the folder is corrupted; download or save it again.")
+    check_weight_map(instruct.layout.weight_map, headers, index=f"The index of instruct={instruct.source.name!r}")
     return headers
 
 

@@ -18,7 +18,7 @@ from huggingface_hub.utils import tqdm
 
 from .shards import Matrix
 
-__all__ = ["METHODS", "Fit", "FitPairs", "fit_map"]
+__all__ = ["METHODS", "Fit", "FitPairs", "fit_map", "spread_runs"]
 
 METHODS = ("swap", "overlap", "conversion")
 _BLOCK_BYTES = 128 * 2**20
@@ -109,12 +109,13 @@ class _NormalEquations:
         return weight, max(error, 0.0)
 
 
-def _spread_runs(ids: torch.Tensor, runs: int = 16) -> torch.Tensor:
-    """At most `_SWAP_SAMPLE` ids: `runs` evenly spaced runs of consecutive entries (read in few calls, unlike
-    a strided sample)."""
-    if len(ids) <= _SWAP_SAMPLE:
+def spread_runs(ids: torch.Tensor, *, total: int | None = None, runs: int = 16) -> torch.Tensor:
+    """At most `total` (default `_SWAP_SAMPLE`) entries of `ids` (along its first dimension): `runs` evenly spaced
+    runs of consecutive entries (read in few calls, unlike a strided sample)."""
+    total = _SWAP_SAMPLE if total is None else total
+    if len(ids) <= total:
         return ids
-    length = _SWAP_SAMPLE // runs
+    length = total // runs
     starts = torch.linspace(0, len(ids) - length, runs).long().tolist()
     return torch.cat([ids[start : start + length] for start in starts])
 
@@ -165,7 +166,7 @@ def fit_map(method: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, sid
         `Fit`
     """
     if method == "swap":  # nothing to fit: the identity residual is measured on a sample of the pairs
-        pairs = FitPairs(_spread_runs(pairs.single))
+        pairs = FitPairs(spread_runs(pairs.single))
     equations = _NormalEquations(base.hidden)
     total = sum(-(-count // _step(base.hidden)) for count in (len(pairs.single), len(pairs.groups)))
     for a, b in tqdm(_pair_blocks(base, instruct, pairs), desc=f"Fitting W ({side})", leave=False, total=total):

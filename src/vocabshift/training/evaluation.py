@@ -11,12 +11,15 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidArgumentError
+from ..arguments import check_count, check_texts, is_int
+from ..embeddings import Embeddings, check_tokenizer, find_embeddings
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
 from ..record import CONFIG_KEY, get_record
+from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import token_nll
+from .metrics import default_prefix, token_nll
 
-__all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
+__all__ = ["Evaluation", "ModelScores", "check_causal_lm", "eval_mode", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,13 @@ def evaluate(
     Returns:
         `Evaluation`: `print(evaluation)` gives a Markdown table; `evaluation.add_to_record(model)` stores it.
 
-    Raises:
-        `InvalidArgumentError`: empty texts, or only one of `original_model` / `original_tokenizer`.
+    Raises (all before any scoring):
+        `InvalidArgumentError`: texts that are not a non-empty list of non-blank strings, only one of
+            `original_model` / `original_tokenizer`, a `context_length` below 2 or beyond the model's positions, a
+            `batch_size` below 1 (`InvalidArgumentTypeError` for wrong types).
+        `UnsupportedModelError`: a model without an LM head, or with its weights not loaded (meta device).
+        `InvalidTokenizerError`, `TokenizerMismatchError`: a tokenizer that is not one, or not the model's (more
+            tokens than embedding rows, or not the one `extend_vocabulary` returned).
 
     Example:
         ```python
@@ -128,16 +136,47 @@ def evaluate(
         >>> print(result)
         ```
     """
-    if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
-        raise InvalidArgumentError("texts must be a non-empty list of strings (held-out lines).")
+    check_texts(texts, name="texts")
     if (original_model is None) != (original_tokenizer is None):
         raise InvalidArgumentError("Pass both original_model and original_tokenizer, or neither.")
-    pairs = [("adapted", model, tokenizer)]
+    options = {"context_length": check_count(context_length, name="context_length", minimum=2),
+               "batch_size": check_count(batch_size, name="batch_size")}
+    pairs = [("adapted", model, _checked_tokenizer(model, tokenizer, context_length, prefix=""))]
     if original_model is not None:
-        pairs.append(("original", original_model, original_tokenizer))
-    options = {"context_length": context_length, "batch_size": batch_size}
+        pairs.append(("original", original_model,
+                      _checked_tokenizer(original_model, original_tokenizer, context_length, prefix="original_")))
     scores = tuple(_score(label, m, t, texts, options) for label, m, t in pairs)
     return Evaluation(scores, len(texts), len("\n".join(texts).encode("utf-8")))
+
+
+def check_causal_lm(model: Any, *, argument: str) -> Embeddings:
+    """`model`'s embeddings, once it is known to be a loaded model with an LM head (what held-out scoring needs).
+
+    Raises:
+        `InvalidArgumentTypeError`: not a model. `UnsupportedModelError`: no LM head, or weights not loaded.
+    """
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise InvalidArgumentTypeError(f"{argument} is a {type(model).__name__}: pass a loaded causal LM, e.g. "
+                                       "AutoModelForCausalLM.from_pretrained(folder).")
+    embeddings = find_embeddings(model)
+    if embeddings.head is None:
+        raise UnsupportedModelError(f"{argument} ({type(model).__name__}) has no LM head: held-out scoring needs a "
+                                    "causal language model; load it with AutoModelForCausalLM.")
+    return embeddings
+
+
+def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefix: str) -> Any:
+    """The tokenizer as a fast tokenizer, once it is known to fit the model and the model to be a loaded causal LM
+    that can take windows of `context_length` (`prefix`: "" or "original_", for the argument names)."""
+    embeddings = check_causal_lm(model, argument=f"{prefix}model")
+    tokenizer = load_tokenizer(tokenizer, argument=f"{prefix}tokenizer")
+    check_tokenizer(model, tokenizer, embeddings.rows, argument=f"{prefix}tokenizer")
+    default_prefix(tokenizer)
+    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if is_int(positions) and context_length > positions:
+        raise InvalidArgumentError(f"context_length={context_length} is longer than the {positions} positions of "
+                                   f"{prefix}model ({type(model).__name__}): pass at most {positions}.")
+    return tokenizer
 
 
 def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options: dict[str, Any]) -> ModelScores:

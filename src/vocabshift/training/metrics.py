@@ -12,7 +12,7 @@ from huggingface_hub.utils import tqdm
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["bits_per_byte", "token_nll"]
+__all__ = ["bits_per_byte", "default_prefix", "token_nll"]
 
 
 @torch.no_grad()
@@ -36,7 +36,7 @@ def token_nll(
     if not texts:
         raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
     ids = tokenizer("\n".join(texts), add_special_tokens=False)["input_ids"]
-    prefix = prefix_token_id if prefix_token_id is not None else _default_prefix(tokenizer)
+    prefix = prefix_token_id if prefix_token_id is not None else default_prefix(tokenizer)
     step = context_length - 1
     windows = [[prefix, *ids[i : i + step]] for i in range(0, len(ids), step)]
     device = next(model.parameters()).device
@@ -68,10 +68,17 @@ def bits_per_byte(
     return nll.double().sum().item() / math.log(2) / len("\n".join(texts).encode("utf-8"))
 
 
-def _default_prefix(tokenizer: Any) -> int:
+def default_prefix(tokenizer: Any) -> int:
+    """The token each scored window starts with: bos, else eos.
+
+    Raises:
+        `InvalidArgumentError`: the tokenizer has neither.
+    """
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if prefix is None:
-        raise InvalidArgumentError("The tokenizer has neither bos nor eos token: pass prefix_token_id.")
+        raise InvalidArgumentError("The tokenizer has neither a bos nor an eos token to start each scored window: "
+                                   "set its bos_token or eos_token (token_nll and bits_per_byte also take "
+                                   "prefix_token_id).")
     return prefix
 
 

@@ -17,12 +17,13 @@ from typing import Any
 import torch
 from huggingface_hub.utils import tqdm
 
+from ..arguments import check_count, check_rate, check_texts
 from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
 from .data import pack_blocks
-from .evaluation import eval_mode
+from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
@@ -126,9 +127,11 @@ def probe(
         `ProbeResult`: curves, ranking (`result.best`), and the written paths.
 
     Raises:
-        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError` (bad counts or rows, unknown method in
-        `method_options`, too little training text), `ImportError` (output_dir without matplotlib): all before
-        any training; then whatever `extend_vocabulary` raises for bad tokenizers.
+        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError` (texts that are not non-empty lists of
+        strings, counts below 1, a context below 2 tokens, rates that are not finite and positive, a negative
+        seed, bad rows, an unknown method in `method_options`, too little training text), `ImportError`
+        (output_dir without matplotlib): all before any training; then whatever `extend_vocabulary` raises for
+        bad tokenizers.
 
     Example:
         ```python
@@ -138,11 +141,21 @@ def probe(
         'subword'
         ```
     """
-    options = _check(methods, method_options, steps, eval_every, held_out_texts)
+    options = _check(methods, method_options)
+    for name, value in (("train_texts", train_texts), ("held_out_texts", held_out_texts)):
+        check_texts(value, name=name)
+    counts = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size, "context_length": context_length}
+    for name, value in counts.items():
+        check_count(value, name=name, minimum=2 if name == "context_length" else 1)
+    check_count(seed, name="seed", minimum=0)
+    check_rate(learning_rate, name="learning_rate")
+    check_rate(weight_decay, name="weight_decay", positive=False)
     if rows not in ROW_CHOICES:
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
     if output_dir is not None:
         require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
+    check_causal_lm(model, argument="model")
+    new_tokenizer = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
     with eval_mode(model):
@@ -165,7 +178,8 @@ def probe(
     return result if output_dir is None else _write(result, Path(output_dir))
 
 
-def _check(methods: Any, method_options: Any, steps: Any, eval_every: Any, held_out: Any) -> dict[str, Any]:
+def _check(methods: Any, method_options: Any) -> dict[str, Any]:
+    """The options of each method, once every name and option is known to be valid."""
     if isinstance(methods, str) or not methods:
         raise InvalidArgumentError(f"methods={methods!r} is invalid: pass a list of names, e.g. ['mean', 'subword'].")
     options = dict(method_options or {})
@@ -174,11 +188,6 @@ def _check(methods: Any, method_options: Any, steps: Any, eval_every: Any, held_
         raise InvalidArgumentError(f"method_options names {unknown}, which are not in methods={list(methods)}.")
     for method in methods:  # unknown names and bad options fail now, not after other methods have trained
         build_config(get_method(method), dict(options.get(method, {})))
-    for name, value in (("steps", steps), ("eval_every", eval_every)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a positive int.")
-    if isinstance(held_out, str) or not held_out:
-        raise InvalidArgumentError("held_out_texts must be a non-empty list of strings.")
     return options
 
 

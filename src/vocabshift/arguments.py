@@ -1,0 +1,94 @@
+"""Checks of plain arguments that several public functions take: counts, rates, lists of texts.
+
+Each returns the value it checked and raises `InvalidArgumentTypeError` for a wrong type (a bool is not a count)
+and `InvalidArgumentError` for a value out of range, naming the argument, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+
+__all__ = ["check_count", "check_path", "check_rate", "check_shard_size", "check_texts", "check_token", "is_int"]
+
+_SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool (`True` is an int to Python, never a count to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_count(value: Any, *, name: str, minimum: int = 1) -> int:
+    """An int of at least `minimum` (1: a positive count; 0: a non-negative one, e.g. a seed)."""
+    if not is_int(value):
+        raise InvalidArgumentTypeError(f"{name}={value!r} is a {type(value).__name__}: pass an int >= {minimum}.")
+    if value < minimum:
+        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass an int >= {minimum}.")
+    return value
+
+
+def check_rate(value: Any, *, name: str, positive: bool = True) -> float:
+    """A finite real number, > 0 (`positive`, e.g. a learning rate) or >= 0 (e.g. a weight decay)."""
+    accepted = "a finite number " + ("> 0" if positive else ">= 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentTypeError(f"{name}={value!r} is a {type(value).__name__}: pass {accepted}.")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass {accepted}.")
+    return float(value)
+
+
+def check_texts(value: Any, *, name: str) -> Sequence[str]:
+    """A non-empty list (or tuple) of non-blank strings, one document or line each."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__}: pass a non-empty list of strings, one "
+                                       "line or document each.")
+    if not value:
+        raise InvalidArgumentError(f"{name} is empty: pass a non-empty list of strings, one line or document each.")
+    for index, text in enumerate(value):
+        if not isinstance(text, str):
+            raise InvalidArgumentTypeError(f"{name}[{index}] is a {type(text).__name__}: pass a non-empty list of "
+                                           "strings, one line or document each.")
+        if not text.strip():
+            raise InvalidArgumentError(f"{name}[{index}] is {'empty' if not text else 'blank'}: drop empty lines "
+                                       f"from {name}.")
+    return value
+
+
+def check_path(value: Any, *, name: str) -> Path:
+    """A non-empty `str` or `os.PathLike`, as a `Path`."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise InvalidArgumentTypeError(f"{name}={value!r} is a {type(value).__name__}: pass a path (str or "
+                                       "pathlib.Path).")
+    if not str(value):
+        raise InvalidArgumentError(f"{name} is an empty path: pass a folder.")
+    return Path(value)
+
+
+def check_shard_size(value: Any, *, name: str) -> int | str:
+    """A shard size as `save_pretrained` takes it: a positive number of bytes, or a number with a unit (`"2GB"`)."""
+    accepted = "a positive number of bytes or a size with a unit, e.g. '2GB' or '500MB' (KB, MB, GB, TB)"
+    if is_int(value) and value > 0:
+        return value
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or float(match.group(1)) <= 0:
+        error = InvalidArgumentError if isinstance(value, (str, int)) and not isinstance(value, bool) else \
+            InvalidArgumentTypeError
+        raise error(f"{name}={value!r} is not a shard size: pass {accepted}.")
+    return value
+
+
+def check_token(value: Any, *, booleans: bool = False) -> None:
+    """A Hub token: None (the stored login), a non-empty string, or (`booleans`) True / False as huggingface_hub
+    takes them. The value is never echoed."""
+    if value is None or (booleans and isinstance(value, bool)) or (isinstance(value, str) and value):
+        return
+    got = "an empty string" if value == "" else type(value).__name__
+    raise InvalidArgumentError(f"token must be a non-empty string (a Hub token){', True, False' if booleans else ''} "
+                               f"or None to use HF_TOKEN or the stored login; got {got}.")

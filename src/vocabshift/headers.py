@@ -1,0 +1,168 @@
+"""Safetensors files checked without reading their tensors: headers, and shard indexes against their shards.
+
+A file is 8 bytes (little-endian header length), a JSON header (dtype, shape and `data_offsets` of each tensor, an
+optional `__metadata__` of strings) and the tensors' bytes, which tile the rest of the file exactly. A file that
+passes `read_header` has every byte accounted for, so a truncated or overwritten file is caught before anything is
+written or uploaded from it (the safetensors library itself would only fail when the file is loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .errors import ShardError
+
+__all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "read_header",
+           "read_weight_map"]
+
+ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8,
+             "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64,
+             "U64": 64, "F64": 64, "C64": 64, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4}
+_MAX_HEADER = 100 * 2**20
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a shard: dtype name, shape and its byte range `[begin, end)` in the file."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Header:
+    """The parsed header of a shard: its tensors in file order and its `__metadata__`."""
+
+    path: Path
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str] | None
+
+
+def corrupted(path: Path, why: str) -> ShardError:
+    """The error for a file that is not valid safetensors, naming it and saying why."""
+    return ShardError(f"{str(path)!r} is not a valid safetensors file ({why}): it is truncated or corrupted; "
+                      "download or save it again.")
+
+
+def read_header(path: str | os.PathLike) -> Header:
+    """Parse and check a shard's header: known dtypes, shapes that match the byte ranges, tensors that tile the
+    data exactly up to the file's end.
+
+    Raises:
+        `ShardError`: the file is missing, truncated, or its header is corrupted.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ShardError(f"The shard {str(path)!r} is missing: download or save the model again.")
+    size = path.stat().st_size
+    raw, start = _parse(path, size)
+    metadata = raw.pop("__metadata__", None)
+    if metadata is not None and not (isinstance(metadata, dict) and all(
+            isinstance(key, str) and isinstance(value, str) for key, value in metadata.items())):
+        raise corrupted(path, "__metadata__ is not a map of strings to strings")
+    tensors = {name: _tensor(path, name, entry, start) for name, entry in raw.items()}
+    ordered = dict(sorted(tensors.items(), key=lambda item: item[1].begin))
+    _check_tiling(path, ordered, start, size)
+    return Header(path, ordered, metadata)
+
+
+def _parse(path: Path, size: int) -> tuple[dict[str, Any], int]:
+    """The header as a dict, and where the data starts."""
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if size < 8 or not 0 < length <= min(_MAX_HEADER, size - 8):
+            raise corrupted(path, f"header length {length} for a file of {size} bytes")
+        try:
+            raw = json.loads(handle.read(length), object_pairs_hook=_unique_keys)
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a repeated name
+            raise corrupted(path, f"unreadable header: {error}") from None
+    if not isinstance(raw, dict):
+        raise corrupted(path, f"the header is a JSON {type(raw).__name__}, not an object")
+    return raw, 8 + length
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the name {next(n for n in names if names.count(n) > 1)!r} appears twice")
+    return dict(pairs)
+
+
+def _tensor(path: Path, name: str, entry: Any, start: int) -> TensorInfo:
+    try:
+        dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+    except (KeyError, TypeError, ValueError):
+        raise corrupted(path, f"tensor {name!r} lacks a dtype, a shape or data_offsets [begin, end]") from None
+    if not isinstance(dtype, str) or dtype not in ITEM_BITS:
+        raise corrupted(path, f"tensor {name!r} has the unknown dtype {dtype!r}; known: {', '.join(ITEM_BITS)}")
+    counts = [*shape, begin, end] if isinstance(shape, list) else [None]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or begin > end:
+        raise corrupted(path, f"tensor {name!r} has the shape {shape!r} and data_offsets {[begin, end]!r}, which "
+                              "are not non-negative integers (with begin <= end)")
+    if (end - begin) * 8 != math.prod(shape) * ITEM_BITS[dtype]:
+        raise corrupted(path, f"tensor {name!r} does not fit its byte range")
+    return TensorInfo(dtype, tuple(shape), start + begin, start + end)
+
+
+def _check_tiling(path: Path, tensors: dict[str, TensorInfo], start: int, size: int) -> None:
+    """The tensors, in file order, follow each other without gap or overlap and end at the end of the file."""
+    position = start
+    for name, info in tensors.items():
+        if info.begin != position:
+            raise corrupted(path, f"tensor {name!r} starts at byte {info.begin}, not where the previous one ends "
+                                  f"({position})")
+        position = info.end
+    if position != size:
+        raise corrupted(path, f"the tensors end at byte {position} but the file has {size}")
+
+
+def read_weight_map(path: str | os.PathLike) -> dict[str, str]:
+    """The `weight_map` (tensor name -> shard file) of a `*.safetensors.index.json`.
+
+    Raises:
+        `ShardError`: the index is not JSON or has no map of tensor names to file names.
+    """
+    try:
+        weight_map = json.loads(Path(path).read_text(encoding="utf-8"))["weight_map"]
+    except (ValueError, KeyError, TypeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        weight_map = None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(key, str) and isinstance(value, str) for key, value in weight_map.items()):
+        raise ShardError(f"{str(path)!r} is not a shard index (JSON with a \"weight_map\" of tensor names to file "
+                         "names): it is corrupted; save the model again.")
+    return weight_map
+
+
+def check_weight_map(weight_map: dict[str, str], headers: dict[str, Header], *, index: str) -> None:
+    """Every tensor of `weight_map` is in the shard it names (`headers`: shard file name -> its header).
+
+    Raises:
+        `ShardError`: a named shard is missing, or does not hold the tensor.
+    """
+    for key, shard in weight_map.items():
+        if shard not in headers:
+            raise ShardError(f"{index} puts {key} in {shard}, which is missing: the folder is incomplete; "
+                             "download or save the model again.")
+        if key not in headers[shard].tensors:
+            raise ShardError(f"{index} puts {key} in {shard}, which does not hold it: the folder is corrupted; "
+                             "download or save the model again.")
+
+
+def check_folder_files(folder: Path, files: list[str]) -> None:
+    """Every `*.safetensors` file among `files` (paths relative to `folder`) and every shard index.
+
+    Raises:
+        `ShardError`: naming the first file that is truncated or corrupted, or an index its shards contradict.
+    """
+    headers = {path: read_header(folder / path) for path in files if path.endswith(".safetensors")}
+    for index in (path for path in files if path.endswith(".safetensors.index.json")):
+        where = PurePosixPath(index).parent
+        weight_map = {key: str(where / shard) for key, shard in read_weight_map(folder / index).items()}
+        check_weight_map(weight_map, headers, index=repr(str(folder / index)))

@@ -1,0 +1,113 @@
+"""Bad input to the `vocabshift` command, run in-process through `main`: a usage error (exit code 2) for values that
+cannot be right, `error: ...` (exit code 1) for inputs whose files are wrong; never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+import vocabshift
+from conftest import make_model
+from vocabshift.cli import main
+
+
+def _run(argv, capsys):
+    try:
+        code = main([str(word) for word in argv])
+    except SystemExit as stop:  # argparse's usage errors
+        code = stop.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, err
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tokenizers_en):
+    """A model folder with its tokenizer, one without a tokenizer, one without config.json, and a text file."""
+    root = tmp_path_factory.mktemp("cli-errors")
+    tokenizer = tokenizers_en["sentencepiece"]
+    vocabshift.save_pretrained_atomic(make_model("llama-untied", tokenizer), tokenizer, root / "model")
+    make_model("llama-untied", tokenizer).save_pretrained(root / "no-tokenizer")
+    (root / "empty").mkdir()
+    (root / "texts.txt").write_text("one line\nanother line\n", encoding="utf-8")
+    return root
+
+
+USAGE = [
+    (["train", "m", "t", "o", "--max-steps", "0"], "argument --max-steps: '0' is not an integer >= 1"),
+    (["train", "m", "t", "o", "--max-steps", "-5"], "argument --max-steps: '-5' is not an integer >= 1"),
+    (["train", "m", "t", "o", "--max-steps", "1.5"], "argument --max-steps: '1.5' is not an integer >= 1"),
+    (["train", "m", "t", "o", "--batch-size", "0"], "argument --batch-size: '0' is not an integer >= 1"),
+    (["train", "m", "t", "o", "--context-length", "1"], "argument --context-length: '1' is not an integer >= 2"),
+    (["train", "m", "t", "o", "--learning-rate", "0"], "argument --learning-rate: '0' is not a finite number > 0"),
+    (["train", "m", "t", "o", "--learning-rate=-1e-3"], "argument --learning-rate: '-1e-3' is not a finite"),
+    (["train", "m", "t", "o", "--learning-rate", "nan"], "argument --learning-rate: 'nan' is not a finite number"),
+    (["train", "m", "t", "o", "--learning-rate", "inf"], "argument --learning-rate: 'inf' is not a finite number"),
+    (["train", "m", "t", "o", "--learning-rate", "fast"], "argument --learning-rate: 'fast' is not a finite number"),
+    (["train", "m", "t", "o", "--weight-decay", "-0.1"], "argument --weight-decay: '-0.1' is not a finite number >= 0"),
+    (["train", "m", "t", "o", "--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--steps", "0"], "argument --steps: '0' is not an integer >= 1"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--eval-every", "0"], "argument --eval-every: '0' is not an"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--held-out", "0"], "argument --held-out: '0' is not an integer"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--batch-size", "-2"], "argument --batch-size: '-2' is not an"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--context-length", "0"], "argument --context-length: '0' is not"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--learning-rate", "0"], "argument --learning-rate: '0' is not"),
+    (["probe", "m", "n", "t", "--methods", "mean", "--seed", "-3"], "argument --seed: '-3' is not an integer >= 0"),
+    (["extend", "m", "n", "o", "--pad-to-multiple-of", "0"], "argument --pad-to-multiple-of: '0' is not an integer"),
+    (["extend", "m", "n", "o", "--pad-to-multiple-of", "-64"], "argument --pad-to-multiple-of: '-64' is not an"),
+    (["extend", "m", "n", "o", "--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
+    (["extend", "m", "n", "o", "--max-shard-size", "lots"], "--max-shard-size: max_shard_size='lots' is not a shard"),
+    (["extend", "m", "n", "o", "--max-shard-size", "0MB"], "--max-shard-size: max_shard_size='0MB' is not a shard"),
+    (["evaluate", "m", "t", "--max-lines", "0"], "argument --max-lines: '0' is not an integer >= 1"),
+    (["push", "f", "a/b/c"], "argument repo_id: repo_id='a/b/c' is not a Hub repo id"),
+    (["push", "f", "my model"], "argument repo_id: repo_id='my model' is not a Hub repo id"),
+    (["push", "f", "me/x", "--revision", "a b"], "argument --revision: revision='a b' is not a branch name"),
+    (["card", "f", "--repo-id", "me/x--y"], "argument --repo-id: repo_id='me/x--y' is not a Hub repo id"),
+    (["card", "f", "--base-model", "a/b/c"], "argument --base-model: repo_id='a/b/c' is not a Hub repo id"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE, ids=[" ".join(argv[:1] + argv[4:]) for argv, _ in USAGE])
+def test_values_that_cannot_be_right_are_usage_errors(argv, message, capsys):
+    code, err = _run(argv, capsys)
+    assert code == 2 and message in err, err
+
+
+@pytest.mark.parametrize("command", [["train", "{model}", "{texts}", "{out}"], ["evaluate", "{model}", "{texts}"],
+                                     ["probe", "{model}", "{model}", "{texts}", "--methods", "mean", "--held-out", "1"],
+                                     ["extend", "{model}", "{model}", "{out}"]])
+def test_a_folder_without_config_or_tokenizer(folders, tmp_path, capsys, command):
+    def argv(model):
+        return [word.format(model=model, texts=folders / "texts.txt", out=tmp_path / "out") for word in command]
+
+    code, err = _run(argv(folders / "empty"), capsys)
+    assert code == 1 and err.startswith(f"error: model='{folders / 'empty'}' has no config.json: pass a folder "
+                                        "written by save_pretrained"), err
+    code, err = _run(argv(tmp_path / "nowhere"), capsys)
+    assert code == 1 and "is neither a folder nor a Hub repo id" in err, err
+    if command[0] != "extend":  # extend loads the model, and its tokenizer as source_tokenizer
+        code, err = _run(argv(folders / "no-tokenizer"), capsys)
+        assert code == 1 and err.startswith(f"error: Could not load the tokenizer of model="
+                                            f"'{folders / 'no-tokenizer'}'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_original_model_of_evaluate_is_checked_too(folders, capsys):
+    code, err = _run(["evaluate", folders / "model", folders / "texts.txt", "--original-model",
+                      folders / "no-tokenizer"], capsys)
+    assert code == 1 and "error: Could not load the tokenizer of --original-model=" in err, err
+
+
+def test_probe_with_more_held_out_lines_than_the_file_has(folders, capsys):
+    code, err = _run(["probe", folders / "model", folders / "model", folders / "texts.txt", "--methods", "mean",
+                      "--held-out", "2"], capsys)
+    assert code == 1 and "error: --held-out 2 must be between 1 and 1" in err, err
+
+
+def test_push_of_a_truncated_shard(folders, tmp_path, capsys, loopback_hub):
+    import shutil
+
+    folder = shutil.copytree(folders / "model", tmp_path / "model")
+    (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:-3])
+    code, err = _run(["push", folder, "loopback-user/x"], capsys)
+    assert code == 1 and f"error: '{folder / 'model.safetensors'}' is not a valid safetensors file" in err, err
+    assert loopback_hub.requests == []

@@ -1,0 +1,96 @@
+"""`vocabshift inspect` / `inspect_folder` on broken folders: problems reported (exit code 1), never a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+import vocabshift
+from conftest import make_model
+from vocabshift.cli import main
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, tokenizers_en, tokenizers_ru):
+    """A tiny extended Qwen2 saved in several shards."""
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"])
+    return vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path_factory.mktemp("inspect") / "model",
+                                             max_shard_size="60KB")
+
+
+@pytest.fixture
+def folder(saved, tmp_path):
+    return shutil.copytree(saved, tmp_path / "model")
+
+
+def _embedding_shard(folder):
+    return json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]["model.embed_tokens.weight"]
+
+
+def _inspect(folder, capsys):
+    code = main(["inspect", str(folder)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_a_consistent_folder(folder, capsys):
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 0 and f"{folder}: consistent" in out
+
+
+@pytest.mark.parametrize(("damage", "why"), [
+    (lambda data: data[:-7], "the tensors end at byte \\d+ but the file has \\d+"),
+    (lambda data: b"\x07" * 8 + data[8:], "header length \\d+ for a file of \\d+ bytes"),
+    (lambda data: data[:8] + b"\x00" * 16 + data[24:], "unreadable header"),
+])
+def test_a_truncated_or_corrupted_shard_is_a_problem(folder, capsys, damage, why):
+    shard = folder / _embedding_shard(folder)
+    shard.write_bytes(damage(shard.read_bytes()))
+    report = vocabshift.inspect_folder(folder)
+    assert not report.ok
+    assert any(problem.startswith(f"'{shard}' is not a valid safetensors file") for problem in report.problems)
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and re.search(f"PROBLEM: '{shard}' is not a valid safetensors file \\({why}.*\\): it is "
+                                   "truncated or corrupted", out), out
+
+
+def test_a_shard_missing_from_the_index_is_a_problem(folder, capsys):
+    shard = sorted(set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values()))[-1]
+    (folder / shard).unlink()
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and "index.json' puts " in out and f"in {shard}, which is missing" in out
+
+
+def test_a_damaged_record_is_a_problem(folder, capsys):
+    config = json.loads((folder / "config.json").read_text())
+    del config["vocabshift"]["method"]
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and "PROBLEM: The vocabshift record lacks ['method']: it is damaged" in out
+
+
+@pytest.mark.parametrize(("text", "why"), [("{\"model_type\": ", "JSONDecodeError"), ("[1]", "a JSON list"),
+                                           ("{\"model_type\": \"no-such-model\"}", "ValueError")])
+def test_an_unreadable_config_is_an_error(folder, capsys, text, why):
+    (folder / "config.json").write_text(text)
+    code, _, err = _inspect(folder, capsys)
+    assert code == 1 and err.startswith(f"error: '{folder / 'config.json'}' cannot be read (") and why in err
+
+
+def test_a_folder_without_config_or_weights(tmp_path, folder, capsys):
+    code, _, err = _inspect(tmp_path / "nowhere", capsys)
+    assert code == 1 and "has no config.json: pass a folder written by save_pretrained" in err
+    for shard in folder.glob("*.safetensors"):
+        shard.unlink()
+    code, _, err = _inspect(folder, capsys)
+    assert code == 1 and "has no *.safetensors weights" in err
+
+
+def test_a_folder_that_is_not_a_path():
+    with pytest.raises(vocabshift.errors.InvalidArgumentTypeError, match="folder=3 is a int: pass a path"):
+        vocabshift.inspect_folder(3)
