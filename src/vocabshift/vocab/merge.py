@@ -101,22 +101,27 @@ def merge_tokenizers(
             f"tokenizer as {kind} (the old one's kind), or use mode='replace'."
         )
     before = len(source)
-    _fill_holes(state)
-    first_new_id = next_id(state)
-    covers_bytes = family == "bytelevel" or bool(state["model"].get("byte_fallback"))
-    pieces = _new_pieces(new_state, token_forms(new, new_state))
-    natives = _natives(pieces, family)
-    wanted = _wanted(pieces, token_forms(source, state), covers_bytes) & natives.keys()
-    if kind == "BPE":
-        dropped = splice_bpe(state, new_state, natives, wanted)
-    elif kind == "Unigram":
-        dropped = append_unigram(state, new_state, natives, wanted)
-    else:
-        dropped = append_wordpiece(state, natives, wanted)
-    for_source = _keep_source(state, source_texts, first_new_id) if keep_source_segmentation else 0
-    merged = rebuild_tokenizer(source, state)
-    report = MergeReport(len(merged) - before, dropped, *_fertility(source, merged, target_texts, source_texts),
-                         len(source_texts) if source_texts else None, for_source)
+    with tqdm(total=4, desc="Merging tokenizers", leave=False) as progress:
+        _fill_holes(state)
+        first_new_id = next_id(state)
+        covers_bytes = family == "bytelevel" or bool(state["model"].get("byte_fallback"))
+        pieces = _new_pieces(new_state, token_forms(new, new_state))
+        natives = _natives(pieces, family)
+        wanted = _wanted(pieces, token_forms(source, state), covers_bytes) & natives.keys()
+        progress.update()
+        if kind == "BPE":
+            dropped = splice_bpe(state, new_state, natives, wanted)
+        elif kind == "Unigram":
+            dropped = append_unigram(state, new_state, natives, wanted)
+        else:
+            dropped = append_wordpiece(state, natives, wanted)
+        progress.update()
+        for_source = _keep_source(state, source_texts, first_new_id) if keep_source_segmentation else 0
+        merged = rebuild_tokenizer(source, state)
+        progress.update()
+        report = MergeReport(len(merged) - before, dropped, *_fertility(source, merged, target_texts, source_texts),
+                             len(source_texts) if source_texts else None, for_source)
+        progress.update()
     logger.info("Merged tokenizer: %s", report)
     return merged, report
 

@@ -57,7 +57,7 @@ def train_tokenizer(texts: Iterable[str], *, like: Any, vocab_size: int, min_fre
     state = backend_state(like)
     family, model_state = detect_family(state), state["model"]
     reserved = _reserved(model_state, family)
-    _check_size(vocab_size, len(reserved), min_frequency)
+    _check_size(vocab_size, len(reserved) + _alphabet(lines, family), min_frequency)
     old = like.backend_tokenizer
     model, trainer = _model_and_trainer(model_state, family, vocab_size - len(reserved), min_frequency)
     tokenizer = Tokenizer(model)
@@ -102,12 +102,19 @@ def _unigram_unk(model_state: dict[str, Any]) -> str | None:
     return None if unk_id is None else model_state["vocab"][unk_id][0]
 
 
-def _check_size(vocab_size: Any, reserved: int, min_frequency: Any) -> None:
-    alphabet = max(reserved, 256)  # byte-level BPE: its 256 byte characters
+def _alphabet(lines: list[str], family: str) -> int:
+    """Entries the trainer gives single characters: the 256 bytes (byte-level), else the corpus's characters."""
+    if family == "bytelevel":
+        return 256
+    return len(set().union(*map(set, lines)) | {SPIECE})
+
+
+def _check_size(vocab_size: Any, alphabet: int, min_frequency: Any) -> None:
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= alphabet:
         raise InvalidArgumentError(
-            f"vocab_size={vocab_size!r} is invalid: the tokenizer's alphabet (bytes, byte-fallback pieces, unk) "
-            f"takes up to {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 to 32,000)."
+            f"vocab_size={vocab_size!r} is invalid: the tokenizer's alphabet (bytes or the corpus's characters, "
+            f"byte-fallback pieces, unk) takes {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 "
+            "to 32,000)."
         )
     if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or min_frequency < 1:
         raise InvalidArgumentError(f"min_frequency={min_frequency!r} is invalid: pass a positive int (default 2).")

@@ -1,0 +1,95 @@
+"""`train_tokenizer` input checks, `vocabshift tokenizer`, and same-script targets in extend mode."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+import vocabshift
+from conftest import make_model
+from vocabshift.cli import main
+from vocabshift.errors import CorpusError, InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
+
+
+@pytest.mark.parametrize(
+    ("texts", "error", "match"),
+    [
+        ("corpus.txt", CorpusError, "texts is a str \\('corpus.txt'\\), not a collection of lines"),
+        (Path("corpus.txt"), CorpusError, "texts is a PosixPath"),
+        ([], CorpusError, "texts holds no text \\(0 items"),
+        (["", "  "], CorpusError, "texts holds no text \\(2 items, all empty\\)"),
+        (["ok", b"bytes"], CorpusError, "texts holds a bytes"),
+        (42, CorpusError, "texts is a int: pass an iterable of strings"),
+    ],
+)
+def test_bad_texts_are_refused(tokenizers_en, texts, error, match):
+    with pytest.raises(error, match=match):
+        vocabshift.train_tokenizer(texts, like=tokenizers_en["bytelevel"], vocab_size=1000)
+
+
+@pytest.mark.parametrize(("family", "size"), [("bytelevel", 256), ("sentencepiece", 300), ("bytelevel", True),
+                                              ("unigram", "8k")])
+def test_vocab_size_below_the_alphabet_is_refused(tokenizers_en, ru_lines, family, size):
+    with pytest.raises(InvalidArgumentError, match=f"vocab_size={size!r} is invalid: .* pass an int above"):
+        vocabshift.train_tokenizer(ru_lines[:50], like=tokenizers_en[family], vocab_size=size)
+
+
+def test_bad_like_and_min_frequency(tokenizers_en, ru_lines, tmp_path):
+    with pytest.raises(InvalidTokenizerError, match="like is a NoneType"):
+        vocabshift.train_tokenizer(ru_lines[:50], like=None, vocab_size=1000)
+    with pytest.raises(TokenizerLoadError, match="Could not load like="):
+        vocabshift.train_tokenizer(ru_lines[:50], like=str(tmp_path / "missing"), vocab_size=1000)
+    with pytest.raises(InvalidArgumentError, match="min_frequency=0 is invalid"):
+        vocabshift.train_tokenizer(ru_lines[:50], like=tokenizers_en["bytelevel"], vocab_size=1000, min_frequency=0)
+
+
+def test_like_may_be_a_folder_and_nothing_reaches_stdout(tokenizers_en, ru_lines, tmp_path, capfd):
+    tokenizers_en["sentencepiece"].save_pretrained(tmp_path / "old")
+    new = vocabshift.train_tokenizer(ru_lines, like=str(tmp_path / "old"), vocab_size=1000)
+    assert len(new) == 1000
+    assert capfd.readouterr().out == ""
+
+
+def test_cli_trains_a_tokenizer_like_the_models(tokenizers_en, ru_lines, tmp_path, capfd):
+    tokenizers_en["bytelevel"].save_pretrained(tmp_path / "model")
+    (tmp_path / "ru.txt").write_text("\n".join(ru_lines), encoding="utf-8")
+    assert main(["tokenizer", str(tmp_path / "model"), str(tmp_path / "ru.txt"), str(tmp_path / "ru"),
+                 "--vocab-size", "900"]) == 0
+    assert capfd.readouterr().out.strip() == f"{tmp_path / 'ru'}: 900 tokens trained on {len(ru_lines):,} lines"
+    assert len(vocabshift.vocab.load.load_tokenizer(str(tmp_path / "ru"), argument="t")) == 900
+    assert main(["tokenizer", str(tmp_path / "model"), str(tmp_path / "missing.txt"), str(tmp_path / "x")]) == 1
+    assert "does not exist" in capfd.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_same_script_target_is_measured_warned_and_can_be_kept_exact(tokenizers_en, en_lines, en_held, caplog):
+    """An English tokenizer extended with more English tokens: the script filter cannot tell them apart."""
+    old = tokenizers_en["bytelevel"]
+    new = vocabshift.train_tokenizer(en_lines, like=old, vocab_size=1500)
+    model = make_model("qwen2-tied", old)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        tokenizer = model.extend_vocabulary(new, source_tokenizer=old, source_texts=en_held)
+    report = vocabshift.get_record(model).tokenizer_report
+    assert report["source_lines_changed"] > 0.5 and report["source_lines_checked"] == len(en_held)
+    assert "keep_source_segmentation=True" in caplog.text
+    kept = make_model("qwen2-tied", old)
+    tokenizer = kept.extend_vocabulary(new, source_tokenizer=old, source_texts=en_held,
+                                       keep_source_segmentation=True)
+    report = vocabshift.get_record(kept).tokenizer_report
+    assert report["source_lines_changed"] == 0 and report["tokens_dropped_for_source"] > 0
+    assert tokenizer(en_held)["input_ids"] == old(en_held)["input_ids"]
+    assert report["tokens_added"] > 0
+
+
+def test_source_text_options_are_checked(tokenizers_en, tokenizers_ru):
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    with pytest.raises(CorpusError, match="source_texts is a str"):
+        model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"],
+                                source_texts="english.txt")
+    with pytest.raises(InvalidArgumentError, match="keep_source_segmentation=True works in mode='extend' only"):
+        model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"],
+                                mode="replace", keep_source_segmentation=True)
+    with pytest.raises(InvalidArgumentError, match="keep_source_segmentation='yes' is invalid"):
+        model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"],
+                                keep_source_segmentation="yes")
