@@ -43,6 +43,24 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     assert config["vocabshift"]["evaluations"][-1]["num_texts"] == 10
 
 
+def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_lines):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source)
+    vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "extended")
+    source.save_pretrained(tmp_path / "source")
+    texts = _texts(tmp_path / "train.txt.xz", ru_lines[:400])
+    result = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "trained"), "--max-steps", "2",
+                 "--batch-size", "2", "--context-length", "32", "--objective", "distillation",
+                 "--teacher-tokenizer", str(tmp_path / "source"))
+    assert "2 embedding-only steps" in result.stdout
+    cpt = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "trained")).cpt[-1]
+    assert cpt["objective"]["name"] == "distillation" and cpt["steps"] == 2
+    wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
+                "--teacher-tokenizer", str(tmp_path / "extended"), check=False)
+    assert wrong.returncode == 1 and "is not the tokenizer the model was extended from" in wrong.stderr
+
+
 def test_probe(tmp_path, tokenizers_en, tokenizers_ru, ru_lines):
     source = tokenizers_en["sentencepiece"]
     vocabshift.save_pretrained_atomic(make_model("llama-untied", source), source, tmp_path / "base")

@@ -135,6 +135,20 @@ def test_probe_ranks_methods_and_writes_table_and_png(tokenizers_en, tokenizers_
     assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
 
 
+def test_probe_compares_objectives_on_identical_batches(tokenizers_en, tokenizers_ru, ru_lines, ru_held):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    both = vocabshift.probe(model, tokenizers_ru["sentencepiece"], ru_lines[:300], ru_held[:20], methods=["subword"],
+                            objectives=["next_token", "distillation"], source_tokenizer=source, **PROBE)
+    alone = vocabshift.probe(model, tokenizers_ru["sentencepiece"], ru_lines[:300], ru_held[:20], methods=["subword"],
+                             source_tokenizer=source, **PROBE)
+    assert sorted(both.curves) == ["subword / distillation", "subword / next_token"]
+    assert both.curves["subword / next_token"] == alone.curves["subword"]  # the same batches, whatever else runs
+    assert both.curves["subword / distillation"][0] == alone.curves["subword"][0]
+    assert both.curves["subword / distillation"][-1] != alone.curves["subword"][-1]
+    assert both.settings["objectives"]["distillation"] == vocabshift.DistillationWeights().to_dict()
+
+
 def test_probe_without_matplotlib_fails_before_training(tokenizers_en, tokenizers_ru, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     model = make_model("llama-untied", tokenizers_en["sentencepiece"])
@@ -179,5 +193,8 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
     with pytest.raises(UnsupportedModelError, match="model \\(BertModel\\) has no LM head"):
         vocabshift.probe(make_model("bert-encoder", tokenizers_en["wordpiece"]), new, ru_held, ru_held,
                          methods=["random"], source_tokenizer=source)
-    with pytest.raises(InvalidArgumentError, match="fewer than one block of context_length=128"):
-        vocabshift.probe(model, new, ["мало"], ru_held[:2], methods=["random"], source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match="objectives holds 'kl': pass 'next_token', 'distillation'"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], objectives=["kl"], source_tokenizer=source)
+    with pytest.raises(InvalidArgumentError, match="objectives='distillation' is invalid: pass a list"):
+        vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], objectives="distillation",
+                         source_tokenizer=source)

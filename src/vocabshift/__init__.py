@@ -19,11 +19,22 @@ from .propagation import propagate
 from .record import ExtensionRecord, get_record
 from .registry import get_method, list_methods, register_method
 from .save import save_pretrained_atomic
-from .training import EmbeddingOnlyCallback, Evaluation, ProbeResult, SecondStage, evaluate, probe
+from .training import (
+    DistillationTrainer,
+    DistillationWeights,
+    EmbeddingOnlyCallback,
+    Evaluation,
+    ProbeResult,
+    SecondStage,
+    evaluate,
+    probe,
+)
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
 from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
 __all__ = [
+    "DistillationTrainer",
+    "DistillationWeights",
     "EmbeddingOnlyCallback",
     "Evaluation",
     "ExtensionRecord",

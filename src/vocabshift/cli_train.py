@@ -6,17 +6,19 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from transformers import Trainer, TrainingArguments
 
 from .cli import arg, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE
-from .errors import InvalidArgumentError
-from .record import CONFIG_KEY
+from .errors import InvalidArgumentError, TokenizerMismatchError
+from .record import CONFIG_KEY, get_record
 from .save import atomic_folder
-from .training import EmbeddingOnlyCallback, evaluate, probe
+from .training import DistillationTrainer, EmbeddingOnlyCallback, evaluate, pack_texts, probe
 from .training.data import pack_blocks, read_texts
 from .training.plots import plot_curves, require_matplotlib
+from .vocab.load import fingerprint, load_tokenizer
 
 __all__: list[str] = []
 
@@ -32,25 +34,27 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("output_dir", help="output folder (written atomically; an existing model folder there is replaced)"),
     arg("--rows", default="new", choices=("new", "all"), help="train only the new rows (default) or every row"),
     arg("--max-steps", type=POSITIVE_INT, default=100, help="optimizer steps (default: 100)"),
-    arg("--batch-size", type=POSITIVE_INT, default=8, help="blocks per step (default: 8)"),
-    arg("--context-length", type=CONTEXT, default=128, help="tokens per block (default: 128)"),
+    arg("--batch-size", type=POSITIVE_INT, default=8, help="sequences per step (default: 8)"),
+    arg("--context-length", type=CONTEXT, default=128, help="tokens per sequence (default: 128)"),
     arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="peak AdamW learning rate (default: 1e-3)"),
     arg("--weight-decay", type=NON_NEGATIVE_RATE, default=0.0, help="AdamW weight decay (default: 0)"),
     arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of the data order and of dropout (default: 0)"),
+    arg("--objective", default="next_token", choices=("next_token", "distillation"),
+        help="next_token: plain cross-entropy (default); distillation: learn from the original model on the same "
+             "text (DistillationTrainer)"),
+    arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
+    arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
     require_matplotlib()  # for the loss curve: fail now, not after training
     tokenizer = model_tokenizer(args.model)
-    blocks = pack_blocks(tokenizer, texts, args.context_length)
     model = load_model(args.model)
-    dataset = [{"input_ids": block, "labels": block} for block in blocks]
     with tempfile.TemporaryDirectory() as work:
         options = TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
                                     learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed,
                                     logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[])
-        trainer = Trainer(model=model, args=options, train_dataset=dataset,
-                          callbacks=[EmbeddingOnlyCallback(rows=args.rows)])
+        trainer = _trainer(args, model, tokenizer, texts, options)
         trainer.train()
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     with atomic_folder(args.output_dir) as folder:
@@ -61,6 +65,25 @@ def cmd_train(args: argparse.Namespace) -> int:
                         title=f"Embedding-only CPT, rows={args.rows}")
     print(f"{args.output_dir}: {args.max_steps} embedding-only steps, final loss {curve[-1][1] if curve else 'n/a'}")
     return 0
+
+
+def _trainer(args: argparse.Namespace, model: Any, tokenizer: Any, texts: list[str], options: Any) -> Any:
+    callbacks = [EmbeddingOnlyCallback(rows=args.rows)]
+    if args.objective == "next_token":
+        dataset = [{"input_ids": block, "labels": block} for block in pack_blocks(tokenizer, texts, args.context_length)]
+        return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
+    record = get_record(model)
+    teacher = load_tokenizer(args.teacher_tokenizer or record.source_model, argument="--teacher-tokenizer")
+    if fingerprint(teacher) != record.source_tokenizer_sha256:
+        raise TokenizerMismatchError(
+            f"--teacher-tokenizer {args.teacher_tokenizer or record.source_model!r} is not the tokenizer the model "
+            "was extended from (another fingerprint than the record's): pass that tokenizer."
+        )
+    teacher_model = load_model(args.teacher_model, argument="--teacher-model") if args.teacher_model else None
+    packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=args.context_length)]
+    return DistillationTrainer(model=model, args=options, train_dataset=packed, processing_class=tokenizer,
+                               teacher_tokenizer=teacher, teacher_model=teacher_model, max_length=args.context_length,
+                               callbacks=callbacks)
 
 
 @subcommand(
@@ -106,12 +129,14 @@ def _rewrite_record(folder: Path, config) -> None:
     arg("new_tokenizer", help="target-language tokenizer: folder, tokenizer.json or Hub id"),
     arg("texts", help=f"target-language text: {_TEXTS}"),
     arg("--methods", nargs="+", required=True, help="method names (see `vocabshift methods`)"),
+    arg("--objectives", nargs="+", default=["next_token"], choices=("next_token", "distillation"),
+        help="training objectives to compare on the same batches (default: next_token)"),
     arg("--held-out", type=POSITIVE_INT, default=200, help="last N lines of TEXTS held out for scoring (default: 200)"),
     arg("--steps", type=POSITIVE_INT, default=50, help="embedding-only steps per method (default: 50)"),
     arg("--eval-every", type=POSITIVE_INT, default=10, help="score every N steps (default: 10)"),
     arg("--mode", default="extend", choices=("extend", "replace"), help="as for extend (default: extend)"),
-    arg("--batch-size", type=POSITIVE_INT, default=8, help="blocks per step (default: 8)"),
-    arg("--context-length", type=CONTEXT, default=128, help="tokens per block (default: 128)"),
+    arg("--batch-size", type=POSITIVE_INT, default=8, help="sequences per step (default: 8)"),
+    arg("--context-length", type=CONTEXT, default=128, help="tokens per sequence (default: 128)"),
     arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="AdamW learning rate (default: 1e-3)"),
     arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed (default: 0)"),
     arg("--output-dir", default="probe", help="where to write probe.md and probe.png (default: ./probe)"),
@@ -122,7 +147,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
     source = model_tokenizer(args.model)
     result = probe(load_model(args.model), args.new_tokenizer, texts[: -args.held_out], texts[-args.held_out :],
-                   methods=args.methods, steps=args.steps, eval_every=args.eval_every, mode=args.mode,
+                   methods=args.methods, objectives=args.objectives, steps=args.steps, eval_every=args.eval_every, mode=args.mode,
                    source_tokenizer=source, batch_size=args.batch_size,
                    context_length=args.context_length, learning_rate=args.learning_rate, seed=args.seed,
                    output_dir=args.output_dir)

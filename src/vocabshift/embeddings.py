@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,19 @@ from .record import CONFIG_KEY, get_record
 from .vocab.align import Alignment
 from .vocab.load import fingerprint
 
-__all__ = ["Embeddings", "assemble_weights", "check_tokenizer", "find_embeddings", "row_count"]
+__all__ = [
+    "Embeddings",
+    "assemble_weights",
+    "check_tokenizer",
+    "embedding_tensors",
+    "find_embeddings",
+    "original_embeddings",
+    "remember_original",
+    "row_count",
+]
+
+# The embedding tensors models had before replace mode, for distillation's teacher (this process only).
+_ORIGINALS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -154,3 +167,23 @@ def assemble_weights(
         mean_bias = bias.detach()[:num_source].float().mean().expand(len(new_ids))
         weights["bias"] = _assemble(bias.detach(), copies, new_ids, mean_bias, rows, num_source)
     return weights
+
+
+def embedding_tensors(model: Any) -> list[tuple[str, torch.Tensor]]:
+    """(name, parameter) of the input matrix and the head's weight under every name `named_parameters` gives them
+    (a tied matrix appears under both names), as `torch.func.functional_call` takes substitutes."""
+    wanted = {id(model.get_input_embeddings().weight)}
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        wanted.add(id(head.weight))
+    return [(name, p) for name, p in model.named_parameters(remove_duplicate=False) if id(p) in wanted]
+
+
+def remember_original(model: Any) -> None:
+    """Keep the embedding tensors `model` has now (views of the same storage, no copy) before they are replaced."""
+    _ORIGINALS[model] = {name: parameter.detach() for name, parameter in embedding_tensors(model)}
+
+
+def original_embeddings(model: Any) -> dict[str, torch.Tensor] | None:
+    """The tensors `remember_original` kept for `model`, by parameter name; None if none were kept."""
+    return _ORIGINALS.get(model)

@@ -16,7 +16,7 @@ import torch
 
 from . import __version__
 from .corpus import source_lines
-from .embeddings import Embeddings, assemble_weights, check_tokenizer, find_embeddings, row_count
+from .embeddings import Embeddings, assemble_weights, check_tokenizer, find_embeddings, remember_original, row_count
 from .errors import (
     InvalidArgumentError,
     MethodResultError,
@@ -257,6 +257,8 @@ def _write(model: Any, embeddings: Embeddings, weights: dict[str, torch.Tensor],
            id_map: dict[int, int] | None) -> None:
     """The only writes to the model: embedding rows, head size, vocabulary size, special ids, the record."""
     rows = weights["input"].shape[0]
+    if id_map is not None:  # replace mode: distillation's teacher needs the original rows
+        remember_original(model)
     embeddings.input.weight.data = weights["input"]
     embeddings.input.num_embeddings = rows
     if embeddings.output is not None:

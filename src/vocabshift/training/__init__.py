@@ -1,6 +1,8 @@
 """Training side: embedding-only CPT (plain functions + the thin Trainer callback), metrics, evaluate, probe."""
 
 from .callback import EmbeddingOnlyCallback
+from .distill_data import DistillationCollator, pack_texts
+from .distillation import DistillationTrainer, DistillationWeights, distillation_loss
 from .evaluation import Evaluation, ModelScores, evaluate
 from .freeze import (
     RowGuard,
@@ -17,6 +19,9 @@ from .probing import ProbeResult, probe
 from .stage import SecondStage
 
 __all__ = [
+    "DistillationCollator",
+    "DistillationTrainer",
+    "DistillationWeights",
     "EmbeddingOnlyCallback",
     "Evaluation",
     "ModelScores",
@@ -24,10 +29,12 @@ __all__ = [
     "RowGuard",
     "SecondStage",
     "bits_per_byte",
+    "distillation_loss",
     "embedding_parameters",
     "evaluate",
     "freeze_body",
     "freeze_for_embedding_training",
+    "pack_texts",
     "plot_curves",
     "probe",
     "record_cpt",

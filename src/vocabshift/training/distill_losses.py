@@ -9,7 +9,10 @@ Three objectives over the chunks of `chunks.py` (chunk 0 is the shared first tok
   likelihood of the text, and so its bits per byte, the teacher's.
 - `next_token_loss`: plain cross-entropy of the student's next token, as in ordinary training.
 
-All are plain functions of model outputs and the collator's chunk maps, for custom training loops.
+All are plain functions of model outputs and the collator's chunk maps, for custom training loops. Each is a mean
+over sequences of a mean over the sequence's chunks (or tokens), so that every sequence weighs the same: with equal
+per-device batch sizes, DDP's average of per-process losses and gradient accumulation's average of per-batch losses
+then equal the loss of the whole batch on one process.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chunk_likelihood_loss", "chunk_log_probs", "hidden_state_loss", "next_token_loss", "token_log_probs"]
+__all__ = [
+    "at_chunk_ends",
+    "chunk_likelihood_loss",
+    "chunk_log_probs",
+    "hidden_state_loss",
+    "next_token_loss",
+    "token_log_probs",
+]
 
 
 def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
@@ -41,6 +51,14 @@ def _scored(chunk_mask: torch.Tensor) -> torch.Tensor:
     return scored
 
 
+def _sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over sequences (rows with something to score) of each row's mean over its masked entries."""
+    counts = mask.sum(1)
+    per_row = (values * mask).sum(1) / counts.clamp(min=1)
+    rows = counts > 0
+    return per_row[rows].mean() if rows.any() else values.sum() * 0
+
+
 def chunk_likelihood_loss(
     student_logps: torch.Tensor, teacher_logps: torch.Tensor, chunk_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -49,27 +67,24 @@ def chunk_likelihood_loss(
     A distance in log space keeps a full gradient for unlikely chunks, where most of the bits of a text are; a
     distance between probabilities (ALM's binary cross-entropy) nearly vanishes there.
     """
-    scored = _scored(chunk_mask)
-    return (student_logps - teacher_logps).abs()[scored].sum() / scored.sum().clamp(min=1)
+    return _sequence_mean((student_logps - teacher_logps).abs(), _scored(chunk_mask))
 
 
-def hidden_state_loss(
-    student_hidden: torch.Tensor,
-    teacher_hidden: torch.Tensor,
-    student_ends: torch.Tensor,
-    teacher_ends: torch.Tensor,
-    chunk_mask: torch.Tensor,
-) -> torch.Tensor:
-    """Squared distance of the hidden states after each chunk, relative to the teacher states' mean squared norm."""
-    scored = _scored(chunk_mask)
-    index = lambda ends, width: ends.clamp(min=0)[..., None].expand(-1, -1, width)  # noqa: E731
-    student = student_hidden.float().gather(1, index(student_ends, student_hidden.shape[-1]))[scored]
-    teacher = teacher_hidden.float().gather(1, index(teacher_ends, teacher_hidden.shape[-1]))[scored]
-    if teacher.numel() == 0:
-        return student_hidden.sum() * 0
-    return (student - teacher).pow(2).sum(-1).mean() / teacher.pow(2).sum(-1).mean().clamp(min=1e-12)
+def at_chunk_ends(hidden: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """`(batch, chunks, hidden)`: the hidden state after the last token of each chunk (padding chunks: position 0)."""
+    return hidden.gather(1, ends.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))
+
+
+def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
+    """Squared distance of the hidden states after each chunk (`at_chunk_ends` of both sides), relative to the
+    squared norm of the teacher's."""
+    student, teacher = student.float(), teacher.float()
+    relative = (student - teacher).pow(2).sum(-1) / teacher.pow(2).sum(-1).clamp(min=1e-12)
+    return _sequence_mean(relative, _scored(chunk_mask))
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of each next token (labels -100 are ignored), mean over tokens."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+    """Cross-entropy of each next token (labels -100 are ignored): mean over sequences of the mean over tokens."""
+    targets = labels[:, 1:]
+    losses = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets.clamp(min=0), reduction="none")
+    return _sequence_mean(losses, targets != -100)

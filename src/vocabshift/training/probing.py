@@ -7,6 +7,7 @@ method gets after a few steps of training. The probe gives every method the same
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -22,13 +23,18 @@ from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
-from .data import pack_blocks
+from .distill_data import DistillationCollator, pack_texts
+from .distillation import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
+from .teacher import Teacher
 from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
 
 __all__ = ["ProbeResult", "probe"]
+
+_OBJECTIVES = {"next_token": DistillationWeights(hidden=0, chunk=0, next_token=1),
+               "distillation": DistillationWeights()}
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ def probe(
     held_out_texts: Sequence[str],
     *,
     methods: Sequence[str],
+    objectives: Sequence[str | DistillationWeights] = ("next_token",),
     steps: int = 50,
     eval_every: int = 10,
     mode: str = "extend",
@@ -103,21 +110,26 @@ def probe(
 ) -> ProbeResult:
     """Initialize the new rows with each method, train `steps` embedding-only steps, rank by held-out bits per byte.
 
-    Every method gets a fresh copy of `model`, the same batches in the same order and the same seed; the model
-    passed in is not changed. Training is a plain loop over `freeze_for_embedding_training` with AdamW at a
+    Every (method, objective) run gets a fresh copy of `model`, the same batches in the same order and the same seed;
+    the model passed in is not changed. Training is a plain loop over `freeze_for_embedding_training` with AdamW at a
     constant learning rate.
 
     Args:
         model (`PreTrainedModel`): the causal LM before `extend_vocabulary`.
         new_tokenizer: the target-language tokenizer (as for `extend_vocabulary`).
-        train_texts (`Sequence[str]`): target-language training text; packed into `context_length`-token blocks.
+        train_texts (`Sequence[str]`): target-language training text; lines are packed (joined by newlines) into
+            sequences of up to `context_length` tokens, cut at a boundary both tokenizations share.
         held_out_texts (`Sequence[str]`): target-language text not in `train_texts`, scored every `eval_every` steps.
         methods (`Sequence[str]`): names from `vocabshift.list_methods()`.
+        objectives (`Sequence`, defaults to `("next_token",)`): training objectives to compare, each on every
+            method: `"next_token"` (plain cross-entropy), `"distillation"` (the `DistillationTrainer` default) or a
+            `DistillationWeights`. With several, curves are named `"<method> / <objective>"`. The teacher (the
+            model passed in) runs once per batch; every run reuses its outputs.
         steps (`int`, defaults to 50) / eval_every (`int`, defaults to 10): training steps and scoring interval.
         mode (`str`, defaults to `"extend"`) / source_tokenizer: as for `extend_vocabulary`.
         method_options (`dict[str, dict]`, *optional*): options per method, e.g. `{"subword": {...}}`.
         rows (`str`, defaults to `"new"`): rows trained, as for `EmbeddingOnlyCallback`.
-        batch_size / context_length (`int`, defaults to 8 / 128): blocks per step and tokens per block.
+        batch_size / context_length (`int`, defaults to 8 / 128): sequences per step and tokens per sequence.
         learning_rate / weight_decay (`float`, defaults to 1e-3 / 0.0): AdamW settings.
         seed (`int`, defaults to 0): seed of the initialization, of the batch order and of dropout.
         output_dir (*optional*): where to write `probe.md` (the table) and `probe.png` (the curves; needs
@@ -142,6 +154,10 @@ def probe(
         ```
     """
     options = _check(methods, method_options)
+    if isinstance(objectives, (str, DistillationWeights)) or not objectives:
+        raise InvalidArgumentError(f"objectives={objectives!r} is invalid: pass a list, e.g. ['next_token', "
+                                   "'distillation'].")
+    weights = {_label(o): _weights(o) for o in objectives}
     for name, value in (("train_texts", train_texts), ("held_out_texts", held_out_texts)):
         check_texts(value, name=name)
     counts = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size, "context_length": context_length}
@@ -160,20 +176,21 @@ def probe(
                             argument="source_tokenizer")
     with eval_mode(model):
         original = bits_per_byte(model, source, held_out_texts)
-    curves, seconds = {}, {}
-    for method in tqdm(methods, desc="Probing methods"):
+    curves, seconds, data = {}, {}, None
+    for method, (label, objective) in tqdm(list(itertools.product(methods, weights.items())), desc="Probing"):
         start = time.perf_counter()
         candidate = copy.deepcopy(model)
         tokenizer = extend_vocabulary(candidate, new_tokenizer, method=method, mode=mode, source_tokenizer=source,
                                       seed=seed, **options.get(method, {}))
-        batches = _batches(tokenizer, train_texts, steps * batch_size, context_length, seed)
-        curves[method] = _train(candidate, tokenizer, batches, held_out_texts, rows=rows, batch_size=batch_size,
-                                eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed)
-        seconds[method] = time.perf_counter() - start
+        data = data or _Batches(model, tokenizer, source, train_texts, steps, batch_size, context_length, seed)
+        name = method if len(weights) == 1 else f"{method} / {label}"
+        curves[name] = _train(candidate, tokenizer, data, objective, held_out_texts, rows=rows, eval_every=eval_every,
+                              lr=learning_rate, weight_decay=weight_decay, seed=seed)
+        seconds[name] = time.perf_counter() - start
         del candidate
     settings = {"steps": steps, "batch_size": batch_size, "context_length": context_length, "rows": rows,
                 "learning_rate": learning_rate, "weight_decay": weight_decay, "seed": seed, "mode": mode,
-                "held_out_lines": len(held_out_texts)}
+                "held_out_lines": len(held_out_texts), "objectives": {k: w.to_dict() for k, w in weights.items()}}
     result = ProbeResult(curves, original, seconds, settings)
     return result if output_dir is None else _write(result, Path(output_dir))
 
@@ -191,36 +208,71 @@ def _check(methods: Any, method_options: Any) -> dict[str, Any]:
     return options
 
 
-def _batches(tokenizer: Any, texts: Sequence[str], count: int, length: int, seed: int) -> torch.Tensor:
-    """`count` blocks of `length` tokens: texts packed (eos-separated), block order shuffled with `seed`, cycled."""
-    blocks = pack_blocks(tokenizer, texts, length)
-    generator = torch.Generator().manual_seed(seed)
-    epochs = -(-count // len(blocks))
-    order = torch.cat([torch.randperm(len(blocks), generator=generator) for _ in range(epochs)])[:count]
-    return blocks[order]
+def _weights(objective: Any) -> DistillationWeights:
+    if isinstance(objective, DistillationWeights):
+        return objective
+    if objective not in _OBJECTIVES:
+        raise InvalidArgumentError(f"objectives holds {objective!r}: pass 'next_token', 'distillation' or a "
+                                   "DistillationWeights.")
+    return _OBJECTIVES[objective]
 
 
-def _train(model: Any, tokenizer: Any, blocks: torch.Tensor, held_out: Sequence[str], *, rows: str, batch_size: int,
-           eval_every: int, lr: float, weight_decay: float, seed: int) -> list[tuple[int, float]]:
-    """Embedding-only AdamW steps over `blocks`; held-out bits per byte at step 0, every `eval_every`, and the end."""
+def _label(objective: Any) -> str:
+    if isinstance(objective, DistillationWeights):
+        return "distillation(" + ", ".join(f"{k}={v:g}" for k, v in objective.to_dict().items()) + ")"
+    return str(objective)
+
+
+class _Batches:
+    """The probe's batches (the same for every run) and the teacher's outputs on them, computed once."""
+
+    def __init__(self, teacher_model: Any, tokenizer: Any, source: Any, texts: Sequence[str], steps: int,
+                 batch_size: int, length: int, seed: int) -> None:
+        packed = pack_texts(texts, tokenizer, max_length=length)
+        generator = torch.Generator().manual_seed(seed)
+        order = torch.cat([torch.randperm(len(packed), generator=generator)
+                           for _ in range(-(-steps * batch_size // len(packed)))]).tolist()
+        collate = DistillationCollator(tokenizer, source, max_length=length)
+        self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
+                        for step in range(steps)]
+        self.teacher = Teacher(teacher_model, old_rows=teacher_model.get_input_embeddings().weight.shape[0],
+                               frozen_old_rows=True)
+        self._targets: dict[tuple[int, int], TeacherTargets] = {}
+
+    def targets(self, step: int, weights: DistillationWeights) -> TeacherTargets:
+        """The teacher's hidden states and chunk log probabilities (both, at `weights.layer`) for one batch."""
+        key = (step, weights.layer)
+        if key not in self._targets:
+            with eval_mode(self.teacher.model):
+                both = DistillationWeights(hidden=1, chunk=1, layer=weights.layer)
+                device = self.teacher.model.get_input_embeddings().weight.device
+                batch = {name: tensor.to(device) for name, tensor in self.batches[step].items()}
+                self._targets[key] = teacher_targets(self.teacher, batch, both)
+        return self._targets[key]
+
+
+def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeights, held_out: Sequence[str], *,
+           rows: str, eval_every: int, lr: float, weight_decay: float, seed: int) -> list[tuple[int, float]]:
+    """Embedding-only AdamW steps; held-out bits per byte at step 0, every `eval_every` steps, and the end."""
     def score() -> float:
         with eval_mode(model):
             return bits_per_byte(model, tokenizer, held_out)
 
     guard = freeze_for_embedding_training(model, rows=rows)
     optimizer = torch.optim.AdamW(guard.parameters, lr=lr, weight_decay=weight_decay)
-    steps = len(blocks) // batch_size
+    device = guard.parameters[0].device
     curve = [(0, score())]
     model.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for step in tqdm(range(1, steps + 1), desc="Embedding-only steps", leave=False):
-            batch = blocks[(step - 1) * batch_size : step * batch_size].to(guard.parameters[0].device)
-            model(input_ids=batch, labels=batch).loss.backward()
+        for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
+            targets = data.targets(step - 1, weights) if weights.hidden or weights.chunk else None
+            batch = {name: tensor.to(device) for name, tensor in batch.items()}
+            distillation_loss(model, targets, batch, weights)[0].backward()
             optimizer.step()
             guard.restore()
             optimizer.zero_grad(set_to_none=True)
-            if step % eval_every == 0 or step == steps:
+            if step % eval_every == 0 or step == len(data.batches):
                 curve.append((step, score()))
     guard.remove()
     return curve

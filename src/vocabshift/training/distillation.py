@@ -1,0 +1,190 @@
+"""`vocabshift.DistillationTrainer`: learn new embedding rows from the original model on the same text.
+
+A `transformers.Trainer` whose loss compares the student (the model with its new vocabulary) with the teacher (the
+original model on the old tokenization of the same text) over aligned chunks. Use it with
+`EmbeddingOnlyCallback`, which decides which rows train. `distillation_loss` is the same loss for custom loops.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from transformers import Trainer
+
+from ..errors import InvalidArgumentError, TrainingSetupError
+from ..record import CONFIG_KEY, get_record
+from .callback import EmbeddingOnlyCallback
+from .distill_data import DistillationCollator
+from .distill_losses import (
+    at_chunk_ends,
+    chunk_likelihood_loss,
+    chunk_log_probs,
+    hidden_state_loss,
+    next_token_loss,
+    token_log_probs,
+)
+from .teacher import Teacher
+
+__all__ = ["DistillationTrainer", "DistillationWeights", "TeacherTargets", "distillation_loss", "teacher_targets"]
+
+
+@dataclass(frozen=True)
+class DistillationWeights:
+    """Weights of the three objectives (see `distill_losses.py`) and the layer the hidden states come from.
+
+    Attributes:
+        hidden (`float`): hidden-state distance after each chunk (trains the input rows).
+        chunk (`float`): chunk log-likelihood matching (trains the output rows, and the input rows).
+        next_token (`float`): plain next-token cross-entropy of the student.
+        layer (`int`): index into `hidden_states` (-1: the last layer, after the final norm).
+    """
+
+    hidden: float = 1.0
+    chunk: float = 1.0
+    next_token: float = 0.0
+    layer: int = -1
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "chunk", "next_token"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a non-negative weight.")
+        if self.hidden == self.chunk == self.next_token == 0:
+            raise InvalidArgumentError("Every weight is 0: give at least one objective a positive weight.")
+        if isinstance(self.layer, bool) or not isinstance(self.layer, int):
+            raise InvalidArgumentError(f"layer={self.layer!r} is invalid: pass an index into hidden_states, e.g. -1.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TeacherTargets:
+    """What the student is compared with, per chunk: the teacher's hidden states after each chunk and its log
+    probability of each chunk (`None` when the weights do not use them). Small: a probe can keep them per batch."""
+
+    hidden: torch.Tensor | None
+    chunk_logps: torch.Tensor | None
+
+
+def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights) -> TeacherTargets:
+    """Run the teacher on the teacher side of a `DistillationCollator` batch (no gradients)."""
+    if not (weights.hidden or weights.chunk):
+        return TeacherTargets(None, None)
+    out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=weights.layer,
+                  logits=weights.chunk > 0)
+    hidden = at_chunk_ends(out.hidden, batch["teacher_chunk_ends"]) if weights.hidden else None
+    logps = None
+    if weights.chunk:
+        logps = chunk_log_probs(token_log_probs(out.logits, batch["teacher_input_ids"]), batch["teacher_chunk_ids"],
+                                batch["chunk_ends"].shape[1])
+    return TeacherTargets(hidden, logps)
+
+
+def distillation_loss(
+    model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value."""
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                output_hidden_states=weights.hidden > 0)
+    parts: dict[str, torch.Tensor] = {}
+    if weights.hidden:
+        student = at_chunk_ends(out.hidden_states[weights.layer], batch["chunk_ends"])
+        parts["hidden"] = hidden_state_loss(student, targets.hidden, batch["chunk_mask"])
+    if weights.chunk:
+        logps = chunk_log_probs(token_log_probs(out.logits, batch["input_ids"]), batch["chunk_ids"],
+                                batch["chunk_ends"].shape[1])
+        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, batch["chunk_mask"])
+    if weights.next_token:
+        parts["next_token"] = next_token_loss(out.logits, batch["labels"])
+    loss = sum(getattr(weights, name) * value for name, value in parts.items())
+    return loss, {name: value.item() for name, value in parts.items()}
+
+
+class DistillationTrainer(Trainer):
+    """A `Trainer` that learns the new rows from the original model on the same text (TRL-style loss override).
+
+    The training set holds raw text (strings, or a dataset with a `"text"` column); the trainer's collator gives
+    both tokenizations and their chunks. Combine with `EmbeddingOnlyCallback` (in `callbacks=[...]`).
+
+    Args:
+        model (`PreTrainedModel`): the model after `extend_vocabulary`.
+        args (`TrainingArguments`): as for `Trainer`.
+        train_dataset: raw training text.
+        processing_class: the tokenizer `extend_vocabulary` returned (the student's).
+        teacher_tokenizer: the original tokenizer.
+        teacher_model (*optional*): a separate original model; default: the model's own original rows.
+        weights (`DistillationWeights`, *optional*): objective weights and hidden-state layer.
+        max_length (`int`, defaults to 128): student tokens per sequence (the collator's `max_length`).
+        **kwargs: passed on to `Trainer`.
+
+    Raises:
+        `TrainingSetupError`: no `EmbeddingOnlyCallback` and no `teacher_model` (the body would train and the
+            teacher drift with it), or replace mode without the original rows in this process.
+        `RecordError`: the model carries no ExtensionRecord.
+
+    Example:
+        ```python
+        >>> trainer = vocabshift.DistillationTrainer(model=model, args=args, train_dataset=texts,
+        ...                                          processing_class=tokenizer, teacher_tokenizer=old_tokenizer,
+        ...                                          callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+        >>> trainer.train()
+        ```
+    """
+
+    def __init__(self, model: Any = None, args: Any = None, train_dataset: Any = None, *, processing_class: Any,
+                 teacher_tokenizer: Any, teacher_model: Any = None, weights: DistillationWeights | None = None,
+                 max_length: int = 128, **kwargs: Any) -> None:
+        self.weights = weights if weights is not None else DistillationWeights()
+        record = get_record(model)
+        collator = kwargs.pop("data_collator", None) or DistillationCollator(processing_class, teacher_tokenizer,
+                                                                            max_length=max_length)
+        super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
+                         data_collator=collator, **kwargs)
+        self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
+        self.teacher = Teacher(self.model, old_rows=record.old_num_rows, teacher_model=teacher_model,
+                               frozen_old_rows=self._old_rows_frozen(record, teacher_model))
+        self._parts: dict[str, list[float]] = defaultdict(list)
+
+    def _old_rows_frozen(self, record: Any, teacher_model: Any) -> bool:
+        callbacks = [c for c in self.callback_handler.callbacks if isinstance(c, EmbeddingOnlyCallback)]
+        if not callbacks and teacher_model is None:
+            raise TrainingSetupError(
+                "DistillationTrainer needs EmbeddingOnlyCallback in callbacks=[...] (the teacher is the model's "
+                "own frozen body), or a separate teacher_model=<the original model>."
+            )
+        rows = callbacks[0].rows if callbacks else "all"
+        if isinstance(rows, str):
+            return rows == "new" and record.mode == "extend"
+        return record.mode == "extend" and min(rows) >= record.old_num_rows
+
+    def _set_signature_columns_if_needed(self) -> None:
+        self._signature_columns = ["text"]  # the collator tokenizes raw text itself
+
+    def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        loss, parts = distillation_loss(model, teacher_targets(self.teacher, inputs, self.weights), inputs,
+                                        self.weights)
+        for name, value in parts.items():
+            self._parts[name].append(value)
+        if return_outputs:
+            raise InvalidArgumentError("DistillationTrainer does not return model outputs (no evaluation loop).")
+        return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add each objective's mean since the last log (`distill/hidden`, ...) to the training logs."""
+        if "loss" in logs:
+            logs.update({f"distill/{name}": sum(v) / len(v) for name, v in self._parts.items() if v})
+            self._parts.clear()
+        super().log(logs, start_time)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """`Trainer.train`, then the objective (weights) is noted in the record's last CPT entry."""
+        output = super().train(*args, **kwargs)
+        data = getattr(self.model.config, CONFIG_KEY, None)
+        if isinstance(data, dict) and data.get("cpt"):
+            data["cpt"][-1]["objective"] = {"name": "distillation", **self.weights.to_dict()}
+        return output

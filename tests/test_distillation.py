@@ -1,0 +1,126 @@
+"""DistillationTrainer and its plain functions on tiny models: the teacher is the original model, old rows stay."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import TrainingArguments
+
+import vocabshift
+from conftest import make_model
+from vocabshift.errors import InvalidArgumentError, TrainingSetupError
+from vocabshift.training.distill_data import DistillationCollator, pack_texts
+from vocabshift.training.distillation import (
+    DistillationTrainer,
+    DistillationWeights,
+    distillation_loss,
+    teacher_targets,
+)
+from vocabshift.training.teacher import Teacher
+
+
+def _extended(architecture, tokenizers_en, tokenizers_ru, mode="extend"):
+    family = "bytelevel" if architecture == "qwen2-tied" else "sentencepiece"
+    source = tokenizers_en[family]
+    original = make_model(architecture, source)
+    model = copy.deepcopy(original)
+    tokenizer = model.extend_vocabulary(tokenizers_ru[family], source_tokenizer=source, mode=mode)
+    return original, model, tokenizer, source
+
+
+def _args(tmp_path, **overrides):
+    options = dict(max_steps=3, per_device_train_batch_size=2, learning_rate=1e-2, lr_scheduler_type="constant",
+                   save_strategy="no", report_to=[], logging_steps=1, use_cpu=True, seed=0)
+    return TrainingArguments(str(tmp_path), **{**options, **overrides})
+
+
+def test_same_tokenizer_gives_zero_losses(tokenizers_en, en_lines):
+    tokenizer = tokenizers_en["bytelevel"]
+    model = make_model("qwen2-tied", tokenizer)
+    batch = DistillationCollator(tokenizer, tokenizer, max_length=32)(en_lines[:3])
+    teacher, weights = Teacher(model, old_rows=len(tokenizer), frozen_old_rows=True), DistillationWeights()
+    loss, parts = distillation_loss(model, teacher_targets(teacher, batch, weights), batch, weights)
+    assert parts == {"hidden": 0.0, "chunk": 0.0} and loss.item() == 0.0
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_teacher_is_the_original_model(tokenizers_en, tokenizers_ru, ru_lines, mode):
+    original, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru, mode)
+    record = vocabshift.get_record(model)
+    batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
+    teacher = Teacher(model, old_rows=record.old_num_rows, frozen_old_rows=mode == "extend")
+    got = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
+    with torch.no_grad():
+        want = original(input_ids=batch["teacher_input_ids"], attention_mask=batch["teacher_attention_mask"],
+                        output_hidden_states=True)
+    assert torch.allclose(got.hidden, want.hidden_states[-1], atol=1e-5)
+    assert torch.allclose(got.logits, want.logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied"])
+def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, architecture):
+    _, model, tokenizer, source = _extended(architecture, tokenizers_en, tokenizers_ru)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    new_ids = torch.tensor(vocabshift.get_record(model).new_ids)
+    texts = [{"text": t} for t in pack_texts(ru_lines[:200], tokenizer, max_length=32)]
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=texts, processing_class=tokenizer,
+                                  teacher_tokenizer=source, max_length=32,
+                                  weights=DistillationWeights(hidden=1, chunk=1, next_token=1),
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    old = torch.ones(model.config.vocab_size, dtype=torch.bool)
+    old[new_ids] = False
+    for name, parameter in model.named_parameters():
+        if parameter.shape[0] == model.config.vocab_size:
+            assert torch.equal(parameter[old], before[name][old]) and not torch.equal(parameter, before[name])
+        else:
+            assert torch.equal(parameter, before[name]), name
+    logged = [entry for entry in trainer.state.log_history if "distill/hidden" in entry]
+    assert len(logged) == 3 and all(entry["distill/chunk"] >= 0 for entry in logged)
+    cpt = vocabshift.get_record(model).cpt[-1]
+    assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_token": 1, "layer": -1}
+
+
+def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    with pytest.raises(TrainingSetupError, match="needs EmbeddingOnlyCallback"):
+        DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=ru_lines[:8],
+                            processing_class=tokenizer, teacher_tokenizer=source)
+
+
+def test_replace_mode_after_reload_needs_a_teacher_model(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    original, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru, mode="replace")
+    model.save_pretrained(tmp_path / "m")
+    reloaded = type(model).from_pretrained(tmp_path / "m")
+    with pytest.raises(TrainingSetupError, match="pass teacher_model="):
+        DistillationTrainer(model=reloaded, args=_args(tmp_path), train_dataset=ru_lines[:8],
+                            processing_class=tokenizer, teacher_tokenizer=source,
+                            callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer = DistillationTrainer(model=reloaded, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
+                                  processing_class=tokenizer, teacher_tokenizer=source, teacher_model=original,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+
+
+def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    original, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=ru_lines[:8],
+                                  processing_class=tokenizer, teacher_tokenizer=source, max_length=24,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="all")])
+    trainer.train()
+    batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
+    got = trainer.teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
+    with torch.no_grad():
+        want = original(input_ids=batch["teacher_input_ids"], attention_mask=batch["teacher_attention_mask"])
+    assert torch.allclose(got.logits, want.logits, atol=1e-5)
+
+
+def test_weights_are_checked():
+    with pytest.raises(InvalidArgumentError, match="Every weight is 0"):
+        DistillationWeights(hidden=0, chunk=0)
+    with pytest.raises(InvalidArgumentError, match="chunk=-1 is invalid"):
+        DistillationWeights(chunk=-1)
+    with pytest.raises(InvalidArgumentError, match="layer='last' is invalid"):
+        DistillationWeights(layer="last")
