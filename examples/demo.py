@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 import vocabshift
 from vocabshift.testing import LoopbackHub
 from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
+from vocabshift.training import pack_texts
 from vocabshift.training.data import pack_blocks
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
@@ -52,14 +53,20 @@ def chars_per_token(tokenizer, texts: list[str]) -> float:
     return sum(map(len, texts)) / sum(len(tokenizer(text)["input_ids"]) for text in texts)
 
 
-def train_embeddings(model, tokenizer, texts: list[str], steps: int) -> list[tuple[int, float]]:
-    """Embedding-only CPT of the new rows with a plain Trainer; returns the loss curve."""
-    blocks = pack_blocks(tokenizer, texts, 128)
+def train_embeddings(model, tokenizer, source, texts: list[str], steps: int, objective: str) -> list[tuple[int, float]]:
+    """Embedding-only CPT of the new rows (plain Trainer, or DistillationTrainer); returns the loss curve."""
     work = tempfile.mkdtemp(prefix="vocabshift-demo-")
     args = TrainingArguments(work, max_steps=steps, per_device_train_batch_size=4, learning_rate=1e-3,
                              lr_scheduler_type="constant", logging_steps=2, save_strategy="no", report_to=[], seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
-                      callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    callbacks = [vocabshift.EmbeddingOnlyCallback(rows="new")]
+    if objective == "distillation":
+        texts = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=128)]
+        trainer = vocabshift.DistillationTrainer(model=model, args=args, train_dataset=texts, processing_class=tokenizer,
+                                                 teacher_tokenizer=source, callbacks=callbacks)
+    else:
+        blocks = pack_blocks(tokenizer, texts, 128)
+        trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
+                          callbacks=callbacks)
     trainer.train()
     model.eval()
     return [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
@@ -69,6 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="vocabshift end to end on shipped data")
     parser.add_argument("--output", default="out/smollm2-ru", help="where to save the adapted model")
     parser.add_argument("--steps", type=int, default=50, help="embedding-only training steps (4x128 tokens each)")
+    parser.add_argument("--objective", default="distillation", choices=("distillation", "next_token"),
+                        help="training objective (default: distillation, which measured better; see README)")
     args = parser.parse_args()
     torch.manual_seed(0)
     train, ru_held = held_out_split(read_sample("ru"), 60)
@@ -81,7 +90,7 @@ def main() -> None:
     tokenizer = model.extend_vocabulary(russian, method="subword", source_tokenizer=source)
     print(f"extend_vocabulary: +{len(vocabshift.get_record(model).new_ids):,} Russian tokens (subword)")
     step0 = bits_per_byte(model.eval(), tokenizer, ru_held)
-    curve = train_embeddings(model, tokenizer, train[:4000], args.steps)
+    curve = train_embeddings(model, tokenizer, source, train[:4000], args.steps, args.objective)
     evaluation = vocabshift.evaluate(model, tokenizer, ru_held, original_model=original, original_tokenizer=source)
     evaluation.add_to_record(model)
     print(evaluation)
@@ -89,7 +98,7 @@ def main() -> None:
     with atomic_folder(args.output) as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
+        plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel=f"{args.objective} loss",
                     title="Embedding-only CPT of the new rows")
         card = vocabshift.model_card(folder, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
                                      base_model="HuggingFaceTB/SmolLM2-135M-Instruct")

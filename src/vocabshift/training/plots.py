@@ -16,6 +16,7 @@ def plot_curves(
     *,
     reference: tuple[str, float] | None = None,
     title: str = "",
+    xlabel: str = "step",
     ylabel: str = "held-out bits per byte",
 ) -> Path:
     """Draw one line per curve (step, value) and an optional horizontal reference line; write a PNG atomically.
@@ -32,8 +33,9 @@ def plot_curves(
         axes.plot(steps, values, marker="o", markersize=3, label=name)
     if reference is not None:
         axes.axhline(reference[1], color="grey", linestyle="--", label=reference[0])
-    axes.xaxis.get_major_locator().set_params(integer=True)
-    axes.set(xlabel="step", ylabel=ylabel, title=title)
+    if xlabel == "step":
+        axes.xaxis.get_major_locator().set_params(integer=True)
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
     axes.grid(alpha=0.3)
     axes.legend()
     path = Path(path)

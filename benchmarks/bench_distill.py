@@ -1,0 +1,125 @@
+"""Distillation against cross-entropy for embedding-only training of the new rows, on identical batches.
+
+SmolLM2-135M-Instruct + a 16k tokenizer of the target language (the probe's setting: 4 sequences of up to 128
+tokens per step, AdamW at a constant learning rate 1e-3, no weight decay, rows="new", 200 held-out lines never
+trained on). Both objectives run through `vocabshift.DistillationTrainer` with the same collator, order and seed:
+cross-entropy is the trainer with only the next-token weight (its teacher never runs), distillation the trainer's
+default weights (its teacher runs every step). Held-out bits per byte after each checkpoint step, and seconds per
+training step (scoring excluded), so that the comparison holds at equal steps and at equal wall time.
+
+    python benchmarks/bench_distill.py [--language ru] [--mode extend] [--steps 25 50 100 200]
+
+Writes benchmarks/results/distill_<language>_<mode>.md / .json / .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback, TrainingArguments
+
+import vocabshift
+from smollm2_ru import HELD_OUT, load_smollm2, machine_load
+from vocabshift.testing.corpora import held_out_split, read_corpus, target_tokenizer
+from vocabshift.training import DistillationWeights, bits_per_byte, pack_texts
+from vocabshift.training.evaluation import eval_mode
+from vocabshift.training.plots import plot_curves
+
+RESULTS = Path(__file__).parent / "results"
+OBJECTIVES = {"cross-entropy": DistillationWeights(hidden=0, chunk=0, next_token=1),
+              "distillation": DistillationWeights()}
+
+
+class Checkpoints(TrainerCallback):
+    """Scores held-out bits per byte at the given steps and keeps the training time apart from scoring time."""
+
+    def __init__(self, model, tokenizer, held_out, steps):
+        self.model, self.tokenizer, self.held_out, self.steps = model, tokenizer, held_out, set(steps)
+        self.curve, self.train_seconds, self._start = [], 0.0, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.train_seconds += time.perf_counter() - self._start
+        if state.global_step in self.steps:
+            with eval_mode(self.model):
+                self.curve.append((state.global_step, bits_per_byte(self.model, self.tokenizer, self.held_out)))
+            self.model.train()
+            print(f"  step {state.global_step}: {self.curve[-1][1]:.4f} bits/byte, "
+                  f"{self.train_seconds / state.global_step:.2f} s/step", flush=True)
+
+
+def run(base, source, new, texts, held_out, weights, mode, steps) -> dict:
+    model = copy.deepcopy(base)
+    tokenizer = model.extend_vocabulary(new, method="subword", mode=mode, source_tokenizer=source)
+    with eval_mode(model):
+        start = bits_per_byte(model, tokenizer, held_out)
+    packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=128)]
+    checkpoints = Checkpoints(model, tokenizer, held_out, steps)
+    with tempfile.TemporaryDirectory() as work:
+        args = TrainingArguments(work, max_steps=max(steps), per_device_train_batch_size=4, learning_rate=1e-3,
+                                 lr_scheduler_type="constant", weight_decay=0.0, logging_steps=25, save_strategy="no",
+                                 report_to=[], seed=0, disable_tqdm=True)
+        trainer = vocabshift.DistillationTrainer(
+            model=model, args=args, train_dataset=packed, processing_class=tokenizer, teacher_tokenizer=source,
+            weights=weights, callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new"), checkpoints])
+        trainer.train()
+    return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--language", default="ru")
+    parser.add_argument("--mode", default="extend", choices=("extend", "replace"))
+    parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200])
+    options = parser.parse_args()
+    torch.set_num_threads(2)
+    load_before = machine_load()
+    train, held_out = held_out_split(read_corpus(options.language), HELD_OUT)
+    base, source = load_smollm2()
+    new = target_tokenizer(source, options.language, vocab_size=16000, held_out=HELD_OUT)
+    with eval_mode(base):
+        original = bits_per_byte(base, source, held_out)
+    results = {}
+    for name, weights in OBJECTIVES.items():
+        print(f"{name}: {weights}", flush=True)
+        results[name] = run(base, source, new, train[::8], held_out, weights, options.mode, options.steps)
+    write(options, results, original, load_before)
+
+
+def write(options, results, original, load_before) -> None:
+    stem = RESULTS / f"distill_{options.language}_{options.mode}"
+    ce, distill = results["cross-entropy"], results["distillation"]
+    lines = [f"# Distillation vs cross-entropy: SmolLM2-135M-Instruct, {options.language}, {options.mode} mode", "",
+             "| step | cross-entropy bits/byte | distillation bits/byte | ratio |", "|---|---|---|---|"]
+    for (step, a), (_, b) in zip(ce["curve"], distill["curve"]):
+        lines.append(f"| {step} | {a:.4f} | {b:.4f} | {b / a:.3f} |")
+    lines += ["", f"Seconds per training step (scoring excluded): cross-entropy {ce['seconds_per_step']:.2f}, "
+                  f"distillation {distill['seconds_per_step']:.2f} (ratio "
+                  f"{distill['seconds_per_step'] / ce['seconds_per_step']:.2f}).",
+              f"Original model with its own tokenizer: {original:.4f} bits/byte.",
+              f"Distillation weights: {DistillationWeights().to_dict()}.",
+              f"Machine: before {load_before}; after {machine_load()}.",
+              "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {}`".format(
+                  options.language, options.mode, " ".join(map(str, options.steps)))]
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stem.with_suffix(".json").write_text(json.dumps({"original": original, **results}, indent=1) + "\n")
+    by_time = {f"{name} (x: seconds)": [(step * r["seconds_per_step"], bpb) for step, bpb in r["curve"]]
+               for name, r in results.items()}
+    plot_curves({**{name: r["curve"] for name, r in results.items()}}, stem.with_suffix(".png"),
+                reference=("original model, own tokenizer", original),
+                title=f"Embedding-only training, {options.language}, {options.mode}: bits/byte by step")
+    plot_curves(by_time, stem.parent / (stem.name + "_time.png"), reference=("original model", original),
+                xlabel="training seconds", title=f"{options.language}, {options.mode}: bits/byte by wall time")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
