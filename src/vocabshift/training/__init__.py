@@ -3,7 +3,6 @@
 from .callback import EmbeddingOnlyCallback
 from .evaluation import Evaluation, ModelScores, evaluate
 from .freeze import (
-    RowGuard,
     embedding_parameters,
     freeze_body,
     freeze_for_embedding_training,
@@ -14,6 +13,7 @@ from .freeze import (
 from .metrics import bits_per_byte, token_nll
 from .plots import plot_curves
 from .probing import ProbeResult, probe
+from .rows import TrainableRows
 from .stage import SecondStage
 
 __all__ = [
@@ -21,8 +21,8 @@ __all__ = [
     "Evaluation",
     "ModelScores",
     "ProbeResult",
-    "RowGuard",
     "SecondStage",
+    "TrainableRows",
     "bits_per_byte",
     "embedding_parameters",
     "evaluate",

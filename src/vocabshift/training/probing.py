@@ -198,22 +198,21 @@ def _train(model: Any, tokenizer: Any, blocks: torch.Tensor, held_out: Sequence[
         with eval_mode(model):
             return bits_per_byte(model, tokenizer, held_out)
 
-    guard = freeze_for_embedding_training(model, rows=rows)
-    optimizer = torch.optim.AdamW(guard.parameters, lr=lr, weight_decay=weight_decay)
+    trainable = freeze_for_embedding_training(model, rows=rows)
+    optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)
+    device = trainable.parameters[0].device
     steps = len(blocks) // batch_size
     curve = [(0, score())]
     model.train()
-    with torch.random.fork_rng(devices=[]):
+    with trainable, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for step in tqdm(range(1, steps + 1), desc="Embedding-only steps", leave=False):
-            batch = blocks[(step - 1) * batch_size : step * batch_size].to(guard.parameters[0].device)
+            batch = blocks[(step - 1) * batch_size : step * batch_size].to(device)
             model(input_ids=batch, labels=batch).loss.backward()
             optimizer.step()
-            guard.restore()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == steps:
                 curve.append((step, score()))
-    guard.remove()
     return curve
 
 
