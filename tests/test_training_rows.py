@@ -23,25 +23,32 @@ def sample(tokenizer, lines, device):
     return torch.tensor(ids, device=device).view(2, 24)
 
 
-def moved_pair(architecture, tokenizers_en, tokenizers_ru, device):
-    """A split model whose trainable rows were scaled by 1.5, and a plain copy with the same rows."""
+def moved_pair(architecture, tokenizers_en, tokenizers_ru, device, *, scattered=False):
+    """A split model whose trainable rows were scaled by 1.5, and a plain copy with the same rows.
+
+    The trainable rows are the new ones (one range), or with `scattered` every third new row and every fifth old one.
+    """
     model, tokenizer = extended(architecture, tokenizers_en, tokenizers_ru)
     model.to(device).eval()
     reference = copy.deepcopy(model)
-    new_ids = torch.tensor(vocabshift.get_record(model).new_ids, device=device)
-    trainable = freeze_for_embedding_training(model, rows="new")
+    new_ids = vocabshift.get_record(model).new_ids
+    rows = sorted(new_ids[::3] + list(range(0, new_ids[0], 5))) if scattered else new_ids
+    trainable = freeze_for_embedding_training(model, rows=rows)
     with torch.no_grad():
         for parameter in trainable.parameters:
             parameter.mul_(1.5)
         for weight in embedding_parameters(reference):
-            weight[new_ids] *= 1.5
+            weight[torch.tensor(rows, device=device)] *= 1.5
     return model, reference, trainable, tokenizer
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_split_model_behaves_like_the_plain_model(tokenizers_en, tokenizers_ru, ru_lines, architecture, device):
-    model, reference, trainable, tokenizer = moved_pair(architecture, tokenizers_en, tokenizers_ru, device)
+@pytest.mark.parametrize("architecture, scattered", [(a, False) for a in ARCHITECTURES] + [("llama-untied", True),
+                                                                                           ("qwen2-tied", True)])
+def test_split_model_behaves_like_the_plain_model(tokenizers_en, tokenizers_ru, ru_lines, architecture, scattered,
+                                                  device):
+    model, reference, trainable, tokenizer = moved_pair(architecture, tokenizers_en, tokenizers_ru, device,
+                                                        scattered=scattered)
     config = model.config.to_dict()
     ids = sample(tokenizer, ru_lines, device)
     old_rows = vocabshift.get_record(model).old_num_rows

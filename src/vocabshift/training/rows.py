@@ -149,7 +149,7 @@ def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
         else:
             groups.append([names[id(head)]])
         _register(head, ids, getattr(inputs, ROWS) if tied else _new_rows(head.weight, ids))
-        handles.append(head.register_forward_hook(_head_hook))
+        handles.append(head.register_forward_hook(functools.partial(_head_hook, start=_start_of_range(ids))))
     handles.append(model.register_state_dict_post_hook(functools.partial(_fold_state, groups=groups)))
     handles.append(model.register_load_state_dict_pre_hook(functools.partial(_split_state, groups=groups)))
     return TrainableRows(model, ids, groups, handles)
@@ -221,10 +221,23 @@ def _lookup_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: tor
     return torch.where((slots >= 0).unsqueeze(-1), rows, output)
 
 
-def _head_hook(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-    """Add the trainable rows' logits at their columns (the frozen matrix's rows there are zero)."""
-    extra = F.linear(args[0], getattr(module, ROWS).to(module.weight.dtype))
-    return output.index_add_(-1, getattr(module, _IDS), extra.to(output.dtype))
+def _head_hook(module: torch.nn.Module, args: tuple, output: torch.Tensor, *, start: int | None) -> torch.Tensor:
+    """Add the trainable rows' logits at their columns (the frozen matrix's rows there are zero).
+
+    For a range of ids (the usual new rows) through a view, whose backward is a view too: `index_add_`'s backward
+    gathers the columns, which costs a tenth of the step on SmolLM2.
+    """
+    extra = F.linear(args[0], getattr(module, ROWS).to(module.weight.dtype)).to(output.dtype)
+    if start is not None:
+        output.narrow(-1, start, extra.shape[-1]).add_(extra)
+        return output
+    return output.index_add_(-1, getattr(module, _IDS), extra)
+
+
+def _start_of_range(ids: torch.Tensor) -> int | None:
+    """The first id when the (sorted, unique) ids are one range, else None."""
+    first, last = int(ids[0]), int(ids[-1])
+    return first if last - first + 1 == len(ids) else None
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
