@@ -62,10 +62,11 @@ def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int 
 
 def _copies(embeddings: Embeddings, alignment: Alignment, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(new row index, old row index) of copied rows: every old row in extend mode, shared tokens in replace mode."""
+    device = embeddings.input.weight.device
     if mode == "extend":
-        index = torch.arange(embeddings.rows)
+        index = torch.arange(embeddings.rows, device=device)
         return index, index
-    pairs = torch.tensor(alignment.shared, dtype=torch.long).reshape(-1, 2)
+    pairs = torch.tensor(alignment.shared, dtype=torch.long, device=device).reshape(-1, 2)
     return pairs[:, 0], pairs[:, 1]
 
 
@@ -78,7 +79,7 @@ def _assemble(
     num_source: int,
 ) -> torch.Tensor:
     """The new matrix (or bias): mean of the source rows everywhere, then copied rows, then the method's rows."""
-    out = torch.empty((rows, *old.shape[1:]), dtype=old.dtype)
+    out = torch.empty((rows, *old.shape[1:]), dtype=old.dtype, device=old.device)
     out[:] = old[:num_source].float().mean(dim=0).to(old.dtype)
     out[copies[0]] = old[copies[1]]
     out[new_ids] = new_rows.to(old.dtype)
@@ -90,7 +91,7 @@ def assemble_weights(
 ) -> dict[str, torch.Tensor]:
     """New `input`, untied `output` and head `bias` tensors: old rows copied, the method's rows placed."""
     copies = _copies(embeddings, alignment, mode)
-    new_ids = torch.tensor(alignment.new_ids, dtype=torch.long)
+    new_ids = torch.tensor(alignment.new_ids, dtype=torch.long, device=embeddings.input.weight.device)
     weights = {"input": _assemble(embeddings.input.weight.detach(), copies, new_ids, result.input_rows, rows, num_source)}
     if embeddings.output is not None:
         old = embeddings.output.weight.detach()

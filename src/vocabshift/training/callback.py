@@ -234,7 +234,8 @@ class _HeadRate:
 def _new_ids(model: Any) -> torch.Tensor | None:
     if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
         return None
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long)
+    device = embedding_parameters(model)[0].device
+    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
 
 
 def _check_linear_in_lr(optimizer: Any) -> None:

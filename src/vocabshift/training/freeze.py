@@ -66,7 +66,7 @@ def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | N
     if isinstance(rows, str):
         if rows not in ROW_CHOICES:
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
-        return None if rows == "all" else _record_new_ids(model, num_rows).to(device)
+        return None if rows == "all" else _record_new_ids(model, num_rows, device)
     if not isinstance(rows, Sequence) or not rows or not all(_is_int(i) for i in rows):
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a non-empty list of row ids.")
     ids = torch.tensor(sorted(set(rows)), dtype=torch.long, device=device)
@@ -78,13 +78,13 @@ def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | N
     return ids
 
 
-def _record_new_ids(model: Any, num_rows: int) -> torch.Tensor:
+def _record_new_ids(model: Any, num_rows: int, device: torch.device) -> torch.Tensor:
     try:
         record = get_record(model)
     except RecordError as error:
         raise RecordError(f"{error} rows='new' trains the rows extend_vocabulary added; pass rows='all' to train "
                           "every row of a model without a record.") from None
-    ids = torch.tensor(record.new_ids, dtype=torch.long)
+    ids = torch.tensor(record.new_ids, dtype=torch.long, device=device)
     if record.new_num_rows != num_rows or (len(ids) and ids[-1] >= num_rows):
         raise RecordError(
             f"The vocabshift record describes {record.new_num_rows} embedding rows but the model has {num_rows}: "

@@ -187,7 +187,7 @@ def _batches(tokenizer: Any, texts: Sequence[str], count: int, length: int, seed
     blocks = pack_blocks(tokenizer, texts, length)
     generator = torch.Generator().manual_seed(seed)
     epochs = -(-count // len(blocks))
-    order = torch.cat([torch.randperm(len(blocks), generator=generator) for _ in range(epochs)])[:count]
+    order = torch.cat([torch.randperm(len(blocks), generator=generator, device="cpu") for _ in range(epochs)])[:count]
     return blocks[order]
 
 
