@@ -284,7 +284,8 @@ class Plugin:
 @pytest.mark.parametrize("plugin, value, name", [
     ("deepspeed_plugins", {"default": Plugin(zero_stage=2)}, "DeepSpeed"),
     ("deepspeed_plugins", {"default": Plugin(zero_stage=3)}, "DeepSpeed ZeRO-3"),
-    ("fsdp_plugin", Plugin(fsdp_version=2), "FSDP2"),
+    ("fsdp_plugin", Plugin(fsdp_version=2, cpu_ram_efficient_loading=False), "FSDP2"),
+    ("fsdp_plugin", Plugin(fsdp_version=2, cpu_ram_efficient_loading=True), "FSDP2"),
     ("fsdp_plugin", Plugin(fsdp_version=1), "FSDP1"),
 ])
 def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path, monkeypatch, plugin, value, name):
@@ -300,6 +301,10 @@ def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path,
         with pytest.raises(TrainingSetupError, match=f"cannot split rows off .* {name} .* FSDP2"):
             callback.on_init_end(args, None, None, model=model)
         callback = vocabshift.EmbeddingOnlyCallback(rows="all")  # plain freezing
+    if getattr(value, "cpu_ram_efficient_loading", False):
+        with pytest.raises(TrainingSetupError, match="cpu_ram_efficient_loading: accelerate reloads .* Turn it off"):
+            callback.on_init_end(args, None, None, model=model)
+        callback = vocabshift.EmbeddingOnlyCallback(rows="all")
     callback.on_init_end(args, None, None, model=model)
     assert len([p for p in model.parameters() if p.requires_grad]) == 2
     callback._state["rows"].fold()
