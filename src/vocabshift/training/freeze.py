@@ -22,7 +22,8 @@ import torch
 
 from ..errors import InvalidArgumentError, RecordError
 from ..record import CONFIG_KEY, get_record
-from .rows import TrainableRows, embedding_modules, embedding_parameters, row_norms_of, split_rows
+from .fold import row_norms_of
+from .rows import TrainableRows, embedding_modules, embedding_parameters, split_rows
 
 __all__ = [
     "ROW_CHOICES",

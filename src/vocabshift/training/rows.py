@@ -27,12 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import TrainingSetupError, UnsupportedModelError
+from .fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
-__all__ = ["ROWS", "TrainableRows", "embedding_modules", "embedding_parameters", "row_norms_of", "split_rows"]
+__all__ = ["TrainableRows", "embedding_modules", "embedding_parameters", "split_rows"]
 
-ROWS = "trainable_rows"
-_IDS = "trainable_row_ids"
-_SLOTS = "trainable_row_slots"
 
 
 def embedding_modules(model: Any) -> tuple[torch.nn.Module, torch.nn.Module | None]:
@@ -101,10 +99,10 @@ class TrainableRows:
         for group in self._groups:
             module = self.model.get_submodule(group[0])
             sharded |= hasattr(module.weight, "to_local")
-            _write_rows(module.weight, getattr(module, _IDS), getattr(module, ROWS))
+            write_rows(module.weight, getattr(module, IDS), getattr(module, ROWS))
         for handle in self._handles:
             handle.remove()
-        self._handles = [self.model.register_state_dict_post_hook(_drop_rows)] if sharded else []
+        self._handles = [self.model.register_state_dict_post_hook(drop_rows)] if sharded else []
         for name in ([] if sharded else [n for g in self._groups for n in g]):
             module = self.model.get_submodule(name)
             _unregister(module)
@@ -150,8 +148,8 @@ def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
             groups.append([names[id(head)]])
         _register(head, ids, getattr(inputs, ROWS) if tied else _new_rows(head.weight, ids))
         handles.append(head.register_forward_hook(functools.partial(_head_hook, start=_start_of_range(ids))))
-    handles.append(model.register_state_dict_post_hook(functools.partial(_fold_state, groups=groups)))
-    handles.append(model.register_load_state_dict_pre_hook(functools.partial(_split_state, groups=groups)))
+    handles.append(model.register_state_dict_post_hook(functools.partial(fold_state, groups=groups)))
+    handles.append(model.register_load_state_dict_pre_hook(functools.partial(split_state, groups=groups)))
     return TrainableRows(model, ids, groups, handles)
 
 
@@ -190,12 +188,12 @@ def _register(module: torch.nn.Module, ids: torch.Tensor, rows: torch.nn.Paramet
     slots = torch.full((module.weight.shape[0],), -1, dtype=torch.long, device=ids.device)
     slots[ids] = torch.arange(len(ids), device=ids.device)
     module.register_parameter(ROWS, rows)
-    module.register_buffer(_IDS, ids, persistent=False)
-    module.register_buffer(_SLOTS, slots, persistent=False)
+    module.register_buffer(IDS, ids, persistent=False)
+    module.register_buffer(SLOTS, slots, persistent=False)
 
 
 def _unregister(module: torch.nn.Module) -> None:
-    for name in (ROWS, _IDS, _SLOTS):
+    for name in (ROWS, IDS, SLOTS):
         if hasattr(module, name):
             delattr(module, name)
 
@@ -203,7 +201,7 @@ def _unregister(module: torch.nn.Module) -> None:
 def _install_lookup(module: torch.nn.Module, ids: torch.Tensor) -> Any:
     _register(module, ids, _new_rows(module.weight, ids))
     pad = module.padding_idx
-    padding_slot = int(getattr(module, _SLOTS)[pad]) if pad is not None else -1
+    padding_slot = int(getattr(module, SLOTS)[pad]) if pad is not None else -1
     hook = functools.partial(_lookup_hook, padding_slot=padding_slot if padding_slot >= 0 else None)
     return module.register_forward_hook(hook, with_kwargs=True)
 
@@ -212,7 +210,7 @@ def _lookup_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: tor
                  padding_slot: int | None) -> torch.Tensor:
     """Replace the looked-up rows of trainable ids (zero in the frozen matrix) by the trainable rows."""
     ids = args[0] if args else next(iter(kwargs.values()))
-    slots = getattr(module, _SLOTS)[ids]
+    slots = getattr(module, SLOTS)[ids]
     weight = module.weight
     rows = F.embedding(slots.clamp(min=0), getattr(module, ROWS).to(weight.dtype), padding_idx=padding_slot)
     scale = getattr(module, "embed_scale", None)  # Gemma-style scaled lookups
@@ -231,90 +229,10 @@ def _head_hook(module: torch.nn.Module, args: tuple, output: torch.Tensor, *, st
     if start is not None:
         output.narrow(-1, start, extra.shape[-1]).add_(extra)
         return output
-    return output.index_add_(-1, getattr(module, _IDS), extra)
+    return output.index_add_(-1, getattr(module, IDS), extra)
 
 
 def _start_of_range(ids: torch.Tensor) -> int | None:
     """The first id when the (sorted, unique) ids are one range, else None."""
     first, last = int(ids[0]), int(ids[-1])
     return first if last - first + 1 == len(ids) else None
-
-
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of an FSDP2 DTensor (gathered), else the tensor."""
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-
-
-def _write_rows(weight: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
-    """`weight[ids] = rows` in place; for a DTensor sharded on rows (FSDP2), into each rank's shard."""
-    rows = _full(rows.detach()).to(weight.dtype)
-    if not hasattr(weight, "to_local"):
-        weight.index_copy_(0, ids, rows)
-        return
-    local, start = _local_rows(weight)
-    inside = (ids >= start) & (ids < start + local.shape[0])
-    local.index_copy_(0, ids[inside] - start, rows[inside])
-
-
-def _local_rows(weight: Any) -> tuple[torch.Tensor, int]:
-    """This rank's rows of a DTensor sharded on dim 0 over a 1-D mesh (torch.chunk layout) and the first row's id."""
-    from torch.distributed.tensor import Shard
-
-    mesh, local = weight.device_mesh, weight.to_local()
-    chunk = -(-weight.shape[0] // mesh.size())
-    start = min(mesh.get_local_rank() * chunk, weight.shape[0])
-    if mesh.ndim != 1 or tuple(weight.placements) != (Shard(0),) or local.shape[0] != min(chunk, weight.shape[0] - start):
-        raise UnsupportedModelError(
-            f"The embedding matrix is a DTensor with placements {tuple(weight.placements)} on a {mesh.ndim}-D mesh: "
-            "vocabshift folds rows into row-sharded matrices (fully_shard on a 1-D mesh) only."
-        )
-    return local, start
-
-
-def _fold_state(model: torch.nn.Module, state_dict: dict, prefix: str, local_metadata: Any, *,
-                groups: list[list[str]]) -> None:
-    """state_dict post-hook: each matrix with its trainable rows written in, and no `trainable_rows` entries."""
-    for group in groups:
-        keys = [f"{prefix}{name}.weight" for name in group]
-        first = f"{prefix}{group[0]}."
-        if keys[0] not in state_dict or first + ROWS not in state_dict:
-            continue
-        with torch.no_grad():
-            weight = _full(state_dict[keys[0]].detach())
-            ids = getattr(model.get_submodule(group[0]), _IDS).to(weight.device)
-            folded = weight.index_copy(0, ids, _full(state_dict[first + ROWS].detach()).to(weight.dtype))
-        for key in keys:
-            state_dict[key] = folded
-        for name in group:
-            state_dict.pop(f"{prefix}{name}.{ROWS}", None)
-
-
-def _drop_rows(model: torch.nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
-    for key in [k for k in state_dict if k.endswith(f".{ROWS}")]:
-        del state_dict[key]
-
-
-def _split_state(model: torch.nn.Module, state_dict: dict, prefix: str, *args: Any, groups: list[list[str]]) -> None:
-    """load_state_dict pre-hook: a plain checkpoint's rows go to `trainable_rows`, the matrix gets zeros there."""
-    for group in groups:
-        key = f"{prefix}{group[0]}.weight"
-        if key not in state_dict:
-            continue
-        weight = state_dict[key]
-        ids = getattr(model.get_submodule(group[0]), _IDS).to(weight.device)
-        zeroed = weight.index_fill(0, ids, 0)
-        for name in group:
-            state_dict[f"{prefix}{name}.{ROWS}"] = weight[ids]
-            if f"{prefix}{name}.weight" in state_dict:
-                state_dict[f"{prefix}{name}.weight"] = zeroed
-
-
-@torch.no_grad()
-def row_norms_of(module: torch.nn.Module) -> torch.Tensor:
-    """L2 norm (float32) of every row of an embedding module's matrix, its trainable rows included."""
-    norms = _full(torch.linalg.vector_norm(module.weight.detach(), dim=1, dtype=torch.float32))
-    rows = getattr(module, ROWS, None)
-    if rows is not None:
-        trained = _full(torch.linalg.vector_norm(rows.detach(), dim=1, dtype=torch.float32))
-        norms = norms.index_copy(0, getattr(module, _IDS).to(norms.device), trained.to(norms.device))
-    return norms
