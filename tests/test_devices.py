@@ -50,7 +50,7 @@ def test_extend_computes_where_the_model_lives(tokenizers_en, tokenizers_ru, met
         if device == "cpu":
             assert torch.equal(rows, expected)
         elif method != "hyperofa":  # its dropout draws from the device's generator
-            torch.testing.assert_close(rows.cpu(), expected, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(rows.cpu(), expected, rtol=1e-3, atol=1e-3)
         assert torch.isfinite(rows).all()
 
 
