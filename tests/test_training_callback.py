@@ -198,6 +198,15 @@ def test_optimizer_chosen_through_the_trainer(tokenizers_en, tokenizers_ru, ru_l
     assert_only_new_rows_changed(model, before)
 
 
+def test_refuses_a_second_train_on_the_same_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    with pytest.raises(TrainingSetupError, match="trained once .* build a new Trainer"):
+        trainer.train()
+
+
 def test_trainable_ids(tokenizers_en, tokenizers_ru, tmp_path):
     model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     callback = vocabshift.EmbeddingOnlyCallback()
