@@ -80,7 +80,7 @@ def task_accuracy(model, tokenizer, words: list[str], count: int) -> float:
     return 100 * right / total
 
 
-def train(model, parameters, batches, steps: int, lr: float, after_step=None) -> float:
+def train(model, parameters, batches, steps: int, lr: float) -> float:
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
     model.train()
     for _ in range(steps):
@@ -89,8 +89,6 @@ def train(model, parameters, batches, steps: int, lr: float, after_step=None) ->
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if after_step is not None:
-            after_step()
     model.eval()
     return loss.item()
 
@@ -119,11 +117,11 @@ def make_adapted(folder: Path, train_lines: list[str], held: list[str], options)
     generator = torch.Generator().manual_seed(0)
     batches = ((b, b) for b in (data[torch.randint(len(data), (options.batch_size,), generator=generator)]
                                 for _ in range(options.cpt_steps)))
-    guard = freeze_for_embedding_training(model, rows="new")
+    trainable = freeze_for_embedding_training(model, rows="new")
     start = time.perf_counter()
-    figures["cpt_loss"] = train(model, guard.parameters, batches, options.cpt_steps, options.cpt_lr, guard.restore)
+    figures["cpt_loss"] = train(model, trainable.parameters, batches, options.cpt_steps, options.cpt_lr)
     figures["cpt_seconds"] = time.perf_counter() - start
-    guard.remove()
+    trainable.fold()
     record_cpt(model, {"rows": "new", "steps": options.cpt_steps, "lr": options.cpt_lr,
                        "batch_size": options.batch_size, "context_length": options.context_length})
     vocabshift.save_pretrained_atomic(model, tokenizer, folder)

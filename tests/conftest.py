@@ -173,6 +173,15 @@ ARCHITECTURES = {
 }
 
 
+def _devices() -> list:
+    """cpu, and cuda / mps when the machine has them (marked `device`: scripts/check_gpu.sh runs those)."""
+    found = (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if torch.backends.mps.is_available() else [])
+    return ["cpu", *(pytest.param(device, marks=pytest.mark.device) for device in found)]
+
+
+DEVICES = _devices()
+
+
 def make_model(architecture: str, tokenizer: PreTrainedTokenizerFast, *, extra_rows: int = 0) -> torch.nn.Module:
     """A tiny model of `architecture` whose vocabulary is `tokenizer` (+ `extra_rows` padding rows)."""
     torch.manual_seed(0)

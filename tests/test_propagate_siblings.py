@@ -55,7 +55,7 @@ def copy_batch(tokenizer, words, size, generator):
     return pad(sequences, tokenizer.eos_token_id), pad(labels, -100)
 
 
-def train(model, parameters, batches, steps, lr, after_step=None) -> None:
+def train(model, parameters, batches, steps, lr) -> None:
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
     model.train()
     for _ in range(steps):
@@ -63,8 +63,6 @@ def train(model, parameters, batches, steps, lr, after_step=None) -> None:
         model(input_ids=ids, labels=labels).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        if after_step:
-            after_step()
     model.eval()
 
 
@@ -123,9 +121,9 @@ def test_propagated_instruct_model_keeps_the_behaviour_and_gains_the_language(tm
 
     adapted = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
     adapted_tokenizer = adapted.extend_vocabulary(make_tokenizer("sentencepiece", ru[:6000], 1500))
-    guard = freeze_for_embedding_training(adapted, rows="new")
-    train(adapted, guard.parameters, lm_batches(blocks(adapted_tokenizer, ru[:8000]), 16, generator), 150, 3e-3,
-          guard.restore)
+    with freeze_for_embedding_training(adapted, rows="new") as trainable:
+        train(adapted, trainable.parameters, lm_batches(blocks(adapted_tokenizer, ru[:8000]), 16, generator), 150,
+              3e-3)
     record_cpt(adapted, {"rows": "new", "steps": 150})
     vocabshift.save_pretrained_atomic(adapted, adapted_tokenizer, tmp_path / "adapted")
 

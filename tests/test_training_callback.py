@@ -9,7 +9,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 from peft import LoraConfig
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model
@@ -71,9 +71,13 @@ def test_old_rows_and_body_stay_bit_identical(tokenizers_en, tokenizers_ru, ru_l
     groups = trainer.create_optimizer().param_groups
     assert [g["weight_decay"] for g in groups if g["params"]] == [0.1]  # weight decay does hit the embeddings
     assert len(groups[0]["params"]) == len(embedding_parameters(model)) == (2 if architecture == "llama-untied" else 1)
+    new_rows = (len(vocabshift.get_record(model).new_ids), model.config.hidden_size)
+    assert [tuple(p.shape) for p in groups[0]["params"]] == [new_rows] * len(groups[0]["params"])
     trainer.train()
     assert_only_new_rows_changed(model, before)
     assert trainer.state.global_step == 5
+    moments = [t for s in trainer.optimizer.state.values() for t in s.values() if t.dim()]
+    assert [tuple(t.shape) for t in moments] == [new_rows] * 2 * len(groups[0]["params"])
 
 
 def test_rows_all_trains_old_rows_too(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -161,12 +165,15 @@ def test_refuses_a_model_without_record(tokenizers_en, ru_lines, tmp_path):
         Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
 
 
-def test_refuses_an_optimizer_built_before_freezing(tokenizers_en, tokenizers_ru, tmp_path):
+@pytest.mark.parametrize("rows, match", [("new", "given an optimizer .*optimizer_cls_and_kwargs"),
+                                         ("all", "optimizer holds .* parameters .* built before")])
+def test_refuses_an_optimizer_built_before_freezing(tokenizers_en, tokenizers_ru, tmp_path, rows, match):
     model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    with pytest.raises(TrainingSetupError, match="optimizer holds .* parameters .* built before"):
+    with pytest.raises(TrainingSetupError, match=match):
         Trainer(model=model, args=arguments(tmp_path), optimizers=(optimizer, None),
-                callbacks=[vocabshift.EmbeddingOnlyCallback()])
+                callbacks=[vocabshift.EmbeddingOnlyCallback(rows=rows)])
+    assert "trainable_rows" not in dict(model.named_parameters())  # refused before anything was split
 
 
 def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -179,14 +186,73 @@ def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tok
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
-def test_accepts_an_optimizer_over_the_guarded_parameters(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+def test_optimizer_chosen_through_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """optimizer_cls_and_kwargs: the Trainer builds that optimizer over the split rows."""
     model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     before = snapshot(model)
-    guard = vocabshift.training.freeze_for_embedding_training(model)
-    optimizer = torch.optim.AdamW(guard.parameters, lr=1e-2, weight_decay=0.1)
-    guard.remove()
-    Trainer(model=model, args=arguments(tmp_path), optimizers=(optimizer, None),
-            train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    trainer = Trainer(model=model, args=arguments(tmp_path), train_dataset=blocks(tokenizer, ru_lines),
+                      optimizer_cls_and_kwargs=(torch.optim.SGD, {"lr": 1e-1, "momentum": 0.9}),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    assert isinstance(getattr(trainer.optimizer, "optimizer", trainer.optimizer), torch.optim.SGD)
+    assert_only_new_rows_changed(model, before)
+
+
+def test_refuses_a_second_train_on_the_same_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    with pytest.raises(TrainingSetupError, match="trained once .* build a new Trainer"):
+        trainer.train()
+
+
+def test_trainable_ids(tokenizers_en, tokenizers_ru, tmp_path):
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    callback = vocabshift.EmbeddingOnlyCallback()
+    with pytest.raises(TrainingSetupError, match="known once the Trainer is built"):
+        callback.trainable_ids
+    Trainer(model=model, args=arguments(tmp_path), callbacks=[callback])
+    assert callback.trainable_ids.tolist() == vocabshift.get_record(model).new_ids
+    other, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    every = vocabshift.EmbeddingOnlyCallback(rows="all")
+    Trainer(model=other, args=arguments(tmp_path), callbacks=[every])
+    assert every.trainable_ids is None
+
+
+def test_checkpoints_are_plain_models_and_resume(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A checkpoint saved mid-training loads without vocabshift; resuming from it ends where the whole run ends."""
+    finals = []
+    for resume in (None, tmp_path / "whole" / "checkpoint-2"):
+        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+        folder = tmp_path / ("resumed" if resume else "whole")
+        args = arguments(folder, max_steps=4, save_strategy="steps", save_steps=2)
+        snapshots = Snapshots()
+        Trainer(model=model, args=args, train_dataset=blocks(tokenizer, ru_lines),
+                callbacks=[vocabshift.EmbeddingOnlyCallback(), snapshots]).train(resume_from_checkpoint=resume)
+        finals.append(snapshot(model))
+        if resume is None:
+            at_two, new_ids = snapshots.steps[2], vocabshift.get_record(model).new_ids
+            state = AutoModelForCausalLM.from_pretrained(folder / "checkpoint-2").state_dict()
+            assert set(state) == {k for k in at_two if "trainable_rows" not in k}
+            for name in ("model.embed_tokens", "lm_head"):
+                assert torch.equal(state[f"{name}.weight"][new_ids], at_two[f"{name}.trainable_rows"])
+    assert set(finals[0]) == set(finals[1])
+    for name in finals[0]:
+        torch.testing.assert_close(finals[1][name], finals[0][name])
+
+
+def test_bfloat16_model_in_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A bfloat16 model (with the Trainer's bf16 autocast): float32 rows and moments, old rows bit-identical."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    model.to(torch.bfloat16)
+    before = snapshot(model)
+    trainer = Trainer(model=model, args=arguments(tmp_path, bf16=True), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    moments = [t for s in trainer.optimizer.state.values() for t in s.values() if t.dim()]
+    assert len(moments) == 4 and all(t.dtype == torch.float32 for t in moments)
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
     assert_only_new_rows_changed(model, before)
 
 
@@ -219,13 +285,35 @@ def test_refuses_bad_options(tokenizers_en, tokenizers_ru, tmp_path):
         SecondStage(after_step=1, lora={"r": 8})
 
 
-@pytest.mark.parametrize("plugin, name", [("deepspeed_plugins", "DeepSpeed"), ("fsdp_plugin", "FSDP")])
-def test_refuses_row_masks_under_sharding_backends(tokenizers_en, tokenizers_ru, tmp_path, monkeypatch, plugin, name):
+class Plugin:
+    def __init__(self, **attributes):
+        self.__dict__.update(attributes)
+
+
+@pytest.mark.parametrize("plugin, value, name", [
+    ("deepspeed_plugins", {"default": Plugin(zero_stage=2)}, "DeepSpeed"),
+    ("deepspeed_plugins", {"default": Plugin(zero_stage=3)}, "DeepSpeed ZeRO-3"),
+    ("fsdp_plugin", Plugin(fsdp_version=2, cpu_ram_efficient_loading=False), "FSDP2"),
+    ("fsdp_plugin", Plugin(fsdp_version=2, cpu_ram_efficient_loading=True), "FSDP2"),
+    ("fsdp_plugin", Plugin(fsdp_version=1), "FSDP1"),
+])
+def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path, monkeypatch, plugin, value, name):
     """DeepSpeed and FSDP need accelerators; the callback reads accelerate's state as the Trainer does."""
-    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    model, _ = extended("llama-untied", tokenizers_en, tokenizers_ru)
     args = arguments(tmp_path)
-    monkeypatch.setitem(AcceleratorState._shared_state, plugin, {"default": object()})
-    with pytest.raises(TrainingSetupError, match=f"under {name}.*TrainableTokensConfig"):
-        vocabshift.EmbeddingOnlyCallback().on_init_end(args, None, None, model=model)
-    vocabshift.EmbeddingOnlyCallback(rows="all").on_init_end(args, None, None, model=model)  # plain freezing
-    assert [p.requires_grad for p in model.parameters()].count(True) == 1
+    monkeypatch.setitem(AcceleratorState._shared_state, plugin, value)
+    for options in ({"head_learning_rate": 1e-3}, {"second_stage": SecondStage(after_step=1)}):
+        with pytest.raises(TrainingSetupError, match=f"head_learning_rate and second_stage .* not under {name} "):
+            vocabshift.EmbeddingOnlyCallback(**options).on_init_end(args, None, None, model=model)
+    callback = vocabshift.EmbeddingOnlyCallback(rows="new")
+    if name in ("DeepSpeed ZeRO-3", "FSDP1"):
+        with pytest.raises(TrainingSetupError, match=f"cannot split rows off .* {name} .* FSDP2"):
+            callback.on_init_end(args, None, None, model=model)
+        callback = vocabshift.EmbeddingOnlyCallback(rows="all")  # plain freezing
+    if getattr(value, "cpu_ram_efficient_loading", False):
+        with pytest.raises(TrainingSetupError, match="cpu_ram_efficient_loading: accelerate reloads .* Turn it off"):
+            callback.on_init_end(args, None, None, model=model)
+        callback = vocabshift.EmbeddingOnlyCallback(rows="all")
+    callback.on_init_end(args, None, None, model=model)
+    assert len([p for p in model.parameters() if p.requires_grad]) == 2
+    callback._state["rows"].fold()

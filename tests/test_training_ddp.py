@@ -31,6 +31,8 @@ def test_ddp_keeps_old_rows_and_body_bit_identical(tokenizers_en, tokenizers_ru,
     ranks = [json.loads((tmp_path / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2] and ranks[0]["ddp"] == "DistributedDataParallel"
     assert ranks[0]["sums"] == ranks[1]["sums"]  # both replicas took the same steps
+    new_rows = [len(vocabshift.get_record(model).new_ids), model.config.hidden_size]
+    assert ranks[0]["moments"] == [new_rows] * 4  # AdamW's two moments for the input rows and the head rows only
     before = dict(model.named_parameters())
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "model")
     record = vocabshift.get_record(trained)

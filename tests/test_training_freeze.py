@@ -1,48 +1,79 @@
-"""The plain functions under the callback, in a custom training loop."""
+"""The plain functions under the callback, in a custom training loop: only the trainable rows move, and only they
+take optimizer state."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import vocabshift
+from conftest import DEVICES
 from test_training_callback import blocks, extended
-from vocabshift.training import freeze_for_embedding_training
+from vocabshift.training import embedding_parameters, freeze_for_embedding_training
 
 
-def train(model, guard, batches, *, restore):
-    optimizer = torch.optim.AdamW(guard.parameters, lr=1e-2, weight_decay=0.1)
+def train(model, parameters, batches):
+    optimizer = torch.optim.AdamW(parameters, lr=1e-2, weight_decay=0.1)
+    device = parameters[0].device
     for batch in batches:
-        ids = batch["input_ids"][None]
+        ids = batch["input_ids"][None].to(device)
         model(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()
-        if restore:
-            guard.restore()
         optimizer.zero_grad()
+    return optimizer
 
 
-def test_custom_loop_keeps_old_rows_only_with_restore(tokenizers_en, tokenizers_ru, ru_lines):
-    """Masked gradients alone let AdamW's weight decay move old rows; restore() puts them back bit for bit."""
-    outcomes = []
-    for restore in (True, False):
-        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
-        before = model.lm_head.weight.detach().clone()
-        guard = freeze_for_embedding_training(model, rows="new")
-        assert [p.requires_grad for p in model.parameters()].count(True) == 2
-        train(model, guard, blocks(tokenizer, ru_lines, count=3), restore=restore)
-        guard.remove()
-        old = torch.ones(len(before), dtype=torch.bool)
-        old[vocabshift.get_record(model).new_ids] = False
-        outcomes.append(torch.equal(model.lm_head.weight[old], before[old]))
-        assert not torch.equal(model.lm_head.weight[~old], before[~old])
-    assert outcomes == [True, False]
+def old_mask(model):
+    old = torch.ones(model.get_input_embeddings().weight.shape[0], dtype=torch.bool)
+    old[vocabshift.get_record(model).new_ids] = False
+    return old
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied", "gemma3-tied"])
+def test_custom_loop_trains_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, architecture, device):
+    """AdamW with weight decay over the split rows: old rows and body bit-identical, state for the new rows only."""
+    model, tokenizer = extended(architecture, tokenizers_en, tokenizers_ru)
+    model.to(device)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with freeze_for_embedding_training(model, rows="new") as trainable:
+        count, hidden = len(vocabshift.get_record(model).new_ids), model.config.hidden_size
+        assert [tuple(p.shape) for p in trainable.parameters] == [(count, hidden)] * len(embedding_parameters(model))
+        optimizer = train(model, trainable.parameters, blocks(tokenizer, ru_lines, count=3))
+        moments = [t for state in optimizer.state.values() for t in state.values() if t.dim() == 2]
+        assert sum(t.numel() for t in moments) == 2 * count * hidden * len(trainable.parameters)
+    assert set(dict(model.named_parameters())) == set(before)  # folded: a plain model again
+    old = old_mask(model).to(device)
+    for name, parameter in model.named_parameters():
+        if any(parameter is p for p in embedding_parameters(model)):
+            assert torch.equal(parameter[old], before[name][old]), f"old rows of {name} moved"
+            assert not torch.equal(parameter[~old], before[name][~old]), f"new rows of {name} did not train"
+        else:
+            assert torch.equal(parameter, before[name]), f"body parameter {name} moved"
 
 
 def test_explicit_rows_train_only_those_rows(tokenizers_en, tokenizers_ru, ru_lines):
+    """Non-contiguous ids, old and new ones mixed."""
     model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     batches = blocks(tokenizer, ru_lines, count=3)
-    rows = sorted({int(i) for b in batches for i in b["input_ids"]})[:5]
+    seen = sorted({int(i) for b in batches for i in b["input_ids"]})
+    rows = seen[:3] + seen[-3:]
     before = model.get_input_embeddings().weight.detach().clone()
-    guard = freeze_for_embedding_training(model, rows=rows)
-    train(model, guard, batches, restore=True)
+    with freeze_for_embedding_training(model, rows=rows) as trainable:
+        assert trainable.ids.tolist() == rows
+        train(model, trainable.parameters, batches)
     changed = (model.get_input_embeddings().weight != before).any(dim=1).nonzero().squeeze(1).tolist()
     assert changed == rows
+
+
+def test_rows_all_trains_the_whole_matrices(tokenizers_en, tokenizers_ru, ru_lines):
+    """Control for the tests above: with rows='all' nothing is split and old rows move too."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    before = [p.detach().clone() for p in embedding_parameters(model)]
+    trainable = freeze_for_embedding_training(model, rows="all")
+    assert trainable.ids is None and not trainable.is_split
+    assert all(a is b for a, b in zip(trainable.parameters, embedding_parameters(model)))
+    train(model, trainable.parameters, blocks(tokenizer, ru_lines, count=2))
+    trainable.fold()
+    old = old_mask(model)
+    assert all(not torch.equal(p[old], b[old]) for p, b in zip(embedding_parameters(model), before))

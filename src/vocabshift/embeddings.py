@@ -18,9 +18,9 @@ __all__ = [
     "Embeddings",
     "assemble_weights",
     "check_tokenizer",
-    "embedding_tensors",
     "find_embeddings",
     "original_embeddings",
+    "original_tensors",
     "remember_original",
     "row_count",
 ]
@@ -129,10 +129,11 @@ def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int 
 
 def _copies(embeddings: Embeddings, alignment: Alignment, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(new row index, old row index) of copied rows: every old row in extend mode, shared tokens in replace mode."""
+    device = embeddings.input.weight.device
     if mode == "extend":
-        index = torch.arange(embeddings.rows)
+        index = torch.arange(embeddings.rows, device=device)
         return index, index
-    pairs = torch.tensor(alignment.shared, dtype=torch.long).reshape(-1, 2)
+    pairs = torch.tensor(alignment.shared, dtype=torch.long, device=device).reshape(-1, 2)
     return pairs[:, 0], pairs[:, 1]
 
 
@@ -145,7 +146,7 @@ def _assemble(
     num_source: int,
 ) -> torch.Tensor:
     """The new matrix (or bias): mean of the source rows everywhere, then copied rows, then the method's rows."""
-    out = torch.empty((rows, *old.shape[1:]), dtype=old.dtype)
+    out = torch.empty((rows, *old.shape[1:]), dtype=old.dtype, device=old.device)
     out[:] = old[:num_source].float().mean(dim=0).to(old.dtype)
     out[copies[0]] = old[copies[1]]
     out[new_ids] = new_rows.to(old.dtype)
@@ -157,7 +158,7 @@ def assemble_weights(
 ) -> dict[str, torch.Tensor]:
     """New `input`, untied `output` and head `bias` tensors: old rows copied, the method's rows placed."""
     copies = _copies(embeddings, alignment, mode)
-    new_ids = torch.tensor(alignment.new_ids, dtype=torch.long)
+    new_ids = torch.tensor(alignment.new_ids, dtype=torch.long, device=embeddings.input.weight.device)
     weights = {"input": _assemble(embeddings.input.weight.detach(), copies, new_ids, result.input_rows, rows, num_source)}
     if embeddings.output is not None:
         old = embeddings.output.weight.detach()
@@ -169,21 +170,21 @@ def assemble_weights(
     return weights
 
 
-def embedding_tensors(model: Any) -> list[tuple[str, torch.Tensor]]:
-    """(name, parameter) of the input matrix and the head's weight under every name `named_parameters` gives them
-    (a tied matrix appears under both names), as `torch.func.functional_call` takes substitutes."""
-    wanted = {id(model.get_input_embeddings().weight)}
+def original_tensors(model: Any) -> dict[str, torch.Tensor | None]:
+    """The model's embedding tensors by role (`input`, `head`, `bias`; the same tensor twice when tied), detached
+    views of the same storage, not copies."""
+    inputs = model.get_input_embeddings().weight
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None:
-        wanted.add(id(head.weight))
-    return [(name, p) for name, p in model.named_parameters(remove_duplicate=False) if id(p) in wanted]
+    bias = getattr(head, "bias", None)
+    return {"input": inputs.detach(), "head": None if head is None else head.weight.detach(),
+            "bias": bias.detach() if isinstance(bias, torch.Tensor) else None}
 
 
 def remember_original(model: Any) -> None:
-    """Keep the embedding tensors `model` has now (views of the same storage, no copy) before they are replaced."""
-    _ORIGINALS[model] = {name: parameter.detach() for name, parameter in embedding_tensors(model)}
+    """Keep the embedding tensors `model` has now (`original_tensors`) before they are replaced."""
+    _ORIGINALS[model] = original_tensors(model)
 
 
-def original_embeddings(model: Any) -> dict[str, torch.Tensor] | None:
-    """The tensors `remember_original` kept for `model`, by parameter name; None if none were kept."""
+def original_embeddings(model: Any) -> dict[str, torch.Tensor | None] | None:
+    """The tensors `remember_original` kept for `model`, by role; None if none were kept."""
     return _ORIGINALS.get(model)

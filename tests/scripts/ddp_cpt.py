@@ -1,7 +1,7 @@
 """Run by tests/test_training_ddp.py under `accelerate launch --num_processes 2 --cpu`: a tiny embedding-only CPT.
 
 Arguments: model folder (extended model + tokenizer + blocks.pt), output folder. Every rank writes a checksum of its
-parameters; rank 0 saves the trained model.
+parameters and the shapes of its optimizer state; rank 0 saves the trained model.
 """
 
 import json
@@ -23,7 +23,9 @@ trainer = Trainer(model=model, args=args, train_dataset=torch.load(source / "blo
 trainer.train()
 checksums = {name: float(p.detach().double().sum()) for name, p in model.named_parameters()}
 rank = trainer.args.process_index
+moments = sorted(list(t.shape) for s in trainer.optimizer.state.values() for t in s.values() if t.dim())
 (output / f"rank{rank}.json").write_text(json.dumps({"world_size": trainer.args.world_size, "sums": checksums,
-                                                     "ddp": type(trainer.model_wrapped).__name__}))
+                                                     "ddp": type(trainer.model_wrapped).__name__,
+                                                     "moments": moments}))
 if trainer.is_world_process_zero():
     model.save_pretrained(output / "model")

@@ -91,13 +91,15 @@ def token_space(context: InitContext, vectors: WordVectors) -> TokenSpace:
     new_vectors, new_found, level = vectors.token_vectors(context.new_forms, family)
     shared_vectors, shared_found, _ = vectors.token_vectors([forms[t] for t, _ in shared], family)
     _check_coverage(vectors, int(new_found.sum()), context.num_new, int(shared_found.sum()), len(shared))
-    pairs = torch.tensor(shared, dtype=torch.long).reshape(-1, 2)[torch.from_numpy(shared_found)]
+    device = context.device  # the vectors come from NumPy: they move to where the model's rows are
+    pairs = torch.tensor(shared, dtype=torch.long, device=device).reshape(-1, 2)
+    pairs = pairs[torch.from_numpy(shared_found).to(device)]
     return TokenSpace(
-        torch.from_numpy(new_vectors),
-        torch.from_numpy(new_found),
+        torch.from_numpy(new_vectors).to(device),
+        torch.from_numpy(new_found).to(device),
         pairs[:, 0],
         pairs[:, 1],
-        torch.from_numpy(shared_vectors[shared_found]),
+        torch.from_numpy(shared_vectors[shared_found]).to(device),
         level,
     )
 

@@ -65,7 +65,7 @@ def init_focus(context: InitContext, config: FocusConfig) -> InitResult:
     matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
     rows = []
     for offset, matrix in enumerate(matrices):
-        out = torch.empty(context.num_new, matrix.shape[1])
+        out = torch.empty(context.num_new, matrix.shape[1], device=matrix.device)
         out[found] = weights.apply(matrix, space.anchor_source_ids)
         out[~found] = per_dimension_normal(matrix, int((~found).sum()), context.generator(offset))
         rows.append(out)

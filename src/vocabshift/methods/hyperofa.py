@@ -80,13 +80,13 @@ def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
     special = {i for i, form in enumerate(context.alignment.source_forms) if form.special or form.added}
     train_ids = [i for i in range(len(context.source_input)) if len(source_sets.of(i)) and i not in special]
     new_sets = [_words(target_sets, i, config.max_words) for i in context.alignment.new_ids]
-    covered = torch.tensor([len(s) > 0 for s in new_sets], dtype=torch.bool)
+    covered = torch.tensor([len(s) > 0 for s in new_sets], dtype=torch.bool, device=context.device)
     if len(train_ids) < 2 or not covered.any():
         raise WordVectorsError(
             f"Word vectors {vectors!r} match {len(train_ids)} old and {int(covered.sum())} new tokens: HyperOFA "
             "needs multilingual vectors with words of both languages."
         )
-    words = torch.from_numpy(vectors.vectors)
+    words = torch.from_numpy(vectors.vectors).to(context.device)
     result = train_hypernetwork(
         words, [_words(source_sets, i, config.max_words) for i in train_ids], coordinates[train_ids],
         encoder=config.encoder, hidden=config.hidden_size, max_epochs=config.max_epochs, patience=config.patience,
@@ -125,7 +125,7 @@ def _rows(context: InitContext, factors: list[Factorization], predicted: torch.T
     rows, start = [], 0
     for offset, factor in enumerate(factors):
         rank = factor.coordinates.shape[1]
-        coordinates = torch.empty(context.num_new, rank)
+        coordinates = torch.empty(context.num_new, rank, device=context.device)
         coordinates[covered] = predicted[:, start : start + rank]
         coordinates[~covered] = per_dimension_normal(factor.coordinates, int((~covered).sum()), context.generator(offset))
         out = coordinates @ factor.primitives
@@ -139,7 +139,7 @@ def _rows(context: InitContext, factors: list[Factorization], predicted: torch.T
 def _permutation_cosine(model: Any, sets: list[torch.Tensor], pad: int, seed: int) -> dict[str, float]:
     """Cosine between predictions for each word set and for a shuffled copy (a sample of at most 512 sets)."""
     generator = torch.Generator().manual_seed(seed + 2)
-    chosen = torch.randperm(len(sets), generator=generator)[:_PERMUTATION_SAMPLE].tolist()
+    chosen = torch.randperm(len(sets), generator=generator, device="cpu")[:_PERMUTATION_SAMPLE].tolist()
     original = [sets[i] for i in chosen]
     shuffled = [s[_new_order(len(s), generator)] for s in original]
     if not original:
@@ -150,5 +150,5 @@ def _permutation_cosine(model: Any, sets: list[torch.Tensor], pad: int, seed: in
 
 def _new_order(size: int, generator: torch.Generator) -> torch.Tensor:
     """A random permutation of `range(size)` other than the identity (size > 1)."""
-    order = torch.randperm(size, generator=generator)
-    return order.flip(0) if torch.equal(order, torch.arange(size)) else order
+    order = torch.randperm(size, generator=generator, device="cpu")
+    return order.flip(0) if torch.equal(order, torch.arange(size, device="cpu")) else order

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..registry import register_method
-from .base import InitContext, InitResult, per_side
+from .base import InitContext, InitResult, draw, per_side, precise
 
 __all__ = ["MultivariateConfig", "init_multivariate"]
 
@@ -36,13 +36,14 @@ def init_multivariate(context: InitContext, config: MultivariateConfig) -> InitR
 
 
 def _sample(matrix: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
-    mean = matrix.mean(dim=0, dtype=torch.float64)
-    covariance = torch.zeros(matrix.shape[1], matrix.shape[1], dtype=torch.float64)
+    wide, device = precise(matrix.device), matrix.device
+    mean = matrix.mean(dim=0, dtype=wide)
+    covariance = torch.zeros(matrix.shape[1], matrix.shape[1], dtype=wide, device=device)
     for start in range(0, matrix.shape[0], _BLOCK):  # blockwise: never a float64 copy of the whole matrix
-        centered = matrix[start : start + _BLOCK].double() - mean
+        centered = matrix[start : start + _BLOCK].to(wide) - mean
         covariance += centered.T @ centered
     covariance /= max(matrix.shape[0] - 1, 1)
     jitter = 1e-6 * covariance.diagonal().mean().clamp_min(1e-12)
-    factor = torch.linalg.cholesky(covariance + jitter * torch.eye(len(mean), dtype=torch.float64))
-    noise = torch.randn(count, matrix.shape[1], generator=generator, dtype=torch.float64)
+    factor = torch.linalg.cholesky(covariance + jitter * torch.eye(len(mean), dtype=wide, device=device))
+    noise = draw((count, matrix.shape[1]), generator, device, dtype=torch.float64)
     return (mean + noise @ factor.T).float()

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from huggingface_hub.utils import tqdm
 
+from .base import precise
+
 __all__ = ["SparseWeights", "normalize", "sparsemax", "sparsemax_neighbors", "summarize", "topk_neighbors"]
 
 _BLOCK_ELEMENTS = 1 << 23  # similarities held at once (64 MB of float64)
@@ -38,9 +40,9 @@ class SparseWeights:
 
     def apply(self, matrix: torch.Tensor, key_rows: torch.Tensor) -> torch.Tensor:
         """`(count, hidden)` rows: row i = sum_j values_ij * matrix[key_rows[j]] (no copy of `matrix`)."""
-        index = torch.stack([self.rows, key_rows[self.cols]])
-        sparse = torch.sparse_coo_tensor(index, self.values.to(matrix.dtype), (self.count, matrix.shape[0]),
-                                         check_invariants=True)
+        index = torch.stack([self.rows, key_rows[self.cols]]).to(matrix.device)
+        sparse = torch.sparse_coo_tensor(index, self.values.to(matrix), (self.count, matrix.shape[0]),
+                                         check_invariants=True, device=matrix.device)
         return torch.sparse.mm(sparse.coalesce(), matrix)
 
 
@@ -52,15 +54,16 @@ def normalize(vectors: torch.Tensor) -> torch.Tensor:
 
 def sparsemax(scores: torch.Tensor) -> torch.Tensor:
     """Sparsemax (Martins & Astudillo, 2016) of each row of `scores`."""
-    ordered = scores.double().sort(dim=1, descending=True).values
+    wide = precise(scores.device)
+    ordered = scores.to(wide).sort(dim=1, descending=True).values
     _, tau = _support(ordered)
-    return (scores.double() - tau[:, None]).clamp_min(0).to(scores.dtype)
+    return (scores.to(wide) - tau[:, None]).clamp_min(0).to(scores.dtype)
 
 
 def _support(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Support size k* and threshold tau of sparsemax for rows sorted in descending order."""
     cumulative = ordered.cumsum(dim=1)
-    ranks = torch.arange(1, ordered.shape[1] + 1, dtype=ordered.dtype)
+    ranks = torch.arange(1, ordered.shape[1] + 1, dtype=ordered.dtype, device=ordered.device)
     size = (1 + ranks * ordered > cumulative).sum(dim=1)  # the k satisfying it are exactly 1..k*
     tau = (cumulative.gather(1, (size - 1)[:, None]).squeeze(1) - 1) / size
     return size, tau
@@ -89,12 +92,13 @@ def sparsemax_neighbors(
     those of the dense computation; their values are then sparsemax over the candidates, not over all keys) and is
     counted in `capped`.
     """
-    queries, keys = normalize(queries.double()) / temperature, normalize(keys.double())
+    wide, device = precise(queries.device), queries.device
+    queries, keys = normalize(queries.to(wide)) / temperature, normalize(keys.to(wide))
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     capped = 0
     for start, stop in _blocks(len(queries), len(keys), desc):
         scores = queries[start:stop] @ keys.T
-        pending, candidates = torch.arange(start, stop), min(_START_CANDIDATES, len(keys))
+        pending, candidates = torch.arange(start, stop, device=device), min(_START_CANDIDATES, len(keys))
         while len(pending):
             exact, index = scores.topk(candidates, dim=1)
             size, tau = _support(exact)
@@ -102,13 +106,13 @@ def sparsemax_neighbors(
             if max_support is not None and candidates > max_support:
                 cut = size > max_support
                 done, size, capped = done | cut, torch.where(cut, max_support, size), capped + int(cut.sum())
-            keep = torch.arange(candidates)[None, :] < size[done, None]
+            keep = torch.arange(candidates, device=device)[None, :] < size[done, None]
             rows = pending[done][:, None].expand_as(keep)
             parts.append((rows[keep], index[done][keep], (exact[done] - tau[done, None])[keep]))
             pending, scores, candidates = pending[~done], scores[~done], min(2 * candidates, len(keys))
     if not parts:
-        empty = torch.zeros(0, dtype=torch.long)
-        return SparseWeights(empty, empty, torch.zeros(0, dtype=torch.float64), len(queries))
+        empty = torch.zeros(0, dtype=torch.long, device=device)
+        return SparseWeights(empty, empty, torch.zeros(0, dtype=wide, device=device), len(queries))
     rows, cols, values = (torch.cat(part) for part in zip(*parts))
     return SparseWeights(rows, cols, values, len(queries), capped)
 
@@ -125,16 +129,17 @@ def topk_neighbors(
         values.append(top)
         indices.append(index)
     if not values:
-        return torch.zeros(0, k), torch.zeros(0, k, dtype=torch.long)
+        return torch.zeros(0, k, device=queries.device), torch.zeros(0, k, dtype=torch.long, device=queries.device)
     return torch.cat(values), torch.cat(indices)
 
 
 def summarize(values: torch.Tensor) -> dict[str, float]:
     """min / 10th percentile / median / 90th percentile / max / mean of `values`, for diagnostics."""
-    values = values.double().flatten()
+    values = values.detach().to(precise(values.device)).flatten()
     values = values[torch.isfinite(values)]
     if not len(values):
         return {}
-    quantiles = torch.quantile(values, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=torch.float64)).tolist()
+    levels = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0], dtype=values.dtype, device=values.device)
+    quantiles = torch.quantile(values, levels).tolist()
     names = ("min", "p10", "median", "p90", "max")
     return {**{n: round(q, 6) for n, q in zip(names, quantiles)}, "mean": round(float(values.mean()), 6)}

@@ -18,7 +18,7 @@ import torch
 from ..errors import MethodOptionError, WordVectorsError
 from ..registry import register_method
 from ..wordvectors import WordVectors
-from .base import InitContext, InitResult, per_dimension_normal
+from .base import InitContext, InitResult, per_dimension_normal, precise
 from .neighbors import SparseWeights, summarize, topk_neighbors
 from .wordmatch import factorize, multilingual_vectors, token_word_sets
 
@@ -66,20 +66,21 @@ def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
     """Initialize new rows as OFA combinations of similar old tokens' rows; tokens in no word get random rows."""
     vectors = multilingual_vectors(config.word_vectors, "ofa")
     source_sets, target_sets = token_word_sets(context, vectors.words, "OFA")
-    new_ids = torch.tensor(context.alignment.new_ids, dtype=torch.long)
-    covered = torch.from_numpy(target_sets.counts() > 0)[new_ids]
-    keys = torch.from_numpy(source_sets.counts() > 0).nonzero().squeeze(1)
+    device = context.device
+    new_ids = torch.tensor(context.alignment.new_ids, dtype=torch.long, device=device)
+    covered = torch.from_numpy(target_sets.counts() > 0).to(device)[new_ids]
+    keys = torch.from_numpy(source_sets.counts() > 0).to(device).nonzero().squeeze(1)
     if not covered.any() or not len(keys):
         raise WordVectorsError(
             f"Word vectors {vectors!r} match none of the {'new' if not covered.any() else 'old'} tokens: pass "
             "multilingual vectors with words of both the old and the new language."
         )
-    similarity, index = topk_neighbors(target_sets.mean_vectors(vectors.vectors)[new_ids[covered]],
-                                       source_sets.mean_vectors(vectors.vectors)[keys], config.neighbors,
+    similarity, index = topk_neighbors(target_sets.mean_vectors(vectors.vectors, device)[new_ids[covered]],
+                                       source_sets.mean_vectors(vectors.vectors, device)[keys], config.neighbors,
                                        desc="OFA neighbours")
     count, k = similarity.shape
-    weights = SparseWeights(torch.arange(count).repeat_interleave(k), index.flatten(),
-                            torch.softmax(similarity.double() / config.temperature, dim=1).flatten(), count)
+    weights = SparseWeights(torch.arange(count, device=device).repeat_interleave(k), index.flatten(),
+                            torch.softmax(similarity.to(precise(device)) / config.temperature, dim=1).flatten(), count)
     matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
     rows, explained = [], []
     for offset, matrix in enumerate(matrices):
@@ -88,7 +89,7 @@ def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
             factors = factorize(matrix, config.rank)
             basis, project = factors.coordinates, factors.primitives
             explained.append(round(factors.explained, 6))
-        out = torch.empty(context.num_new, basis.shape[1])
+        out = torch.empty(context.num_new, basis.shape[1], device=device)
         out[covered] = weights.apply(basis, keys)
         out[~covered] = per_dimension_normal(basis, int((~covered).sum()), context.generator(offset))
         rows.append(out if project is None else out @ project)

@@ -24,7 +24,7 @@ from ..registry import register_method
 from ..vocab.forms import token_forms
 from ..wordvectors import WordVectors
 from .anchors import check_vector_options, resolve_word_vectors, token_space
-from .base import InitContext, InitResult, median_norm, per_dimension_normal
+from .base import InitContext, InitResult, median_norm, per_dimension_normal, precise
 from .helper import helper_matrix
 from .neighbors import SparseWeights, sparsemax_neighbors, summarize
 
@@ -92,7 +92,7 @@ class SaltConfig:
 )
 def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
     """Initialize new rows by SALT's per-token least squares; tokens without a vector or helper row get random rows."""
-    helper = helper_matrix(config.helper_model, context.new_tokenizer or context.target_tokenizer)
+    helper = helper_matrix(config.helper_model, context.new_tokenizer or context.target_tokenizer).to(context.device)
     space = token_space(context, resolve_word_vectors(context, config.word_vectors, config.corpus))
     new_helper, anchor_helper = _helper_ids(context, space.anchor_target_ids)
     usable = anchor_helper >= 0
@@ -104,7 +104,7 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
     matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
     rows, guarded = [], []
     for offset, matrix in enumerate(matrices):
-        out = torch.empty(context.num_new, matrix.shape[1])
+        out = torch.empty(context.num_new, matrix.shape[1], device=matrix.device)
         out[solvable], count = _guard(coefficients.apply(matrix, space.anchor_source_ids[usable]), matrix,
                                       config.norm_guard)
         out[~solvable] = per_dimension_normal(matrix, int((~solvable).sum()), context.generator(offset))
@@ -134,7 +134,8 @@ def _helper_ids(context: InitContext, anchor_target_ids: torch.Tensor) -> tuple[
     forms = context.alignment.target_forms
     new = [by_key.get(form.key, -1) for form in context.new_forms]
     anchors = [by_key.get(forms[t].key, -1) for t in anchor_target_ids.tolist()]
-    return torch.tensor(new, dtype=torch.long), torch.tensor(anchors, dtype=torch.long)
+    device = context.device
+    return torch.tensor(new, dtype=torch.long, device=device), torch.tensor(anchors, dtype=torch.long, device=device)
 
 
 def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch.Tensor, ridge: float
@@ -148,21 +149,22 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
     rows, cols = weights.rows[order], weights.cols[order]
     sizes = weights.support_sizes()
     starts = torch.cumsum(sizes, 0) - sizes
-    values = torch.zeros(len(rows), dtype=torch.float64)
-    stats = {name: torch.zeros(weights.count, dtype=torch.float64) for name in ("residual", "condition", "rank")}
+    wide, device = precise(anchors.device), anchors.device
+    values = torch.zeros(len(rows), dtype=wide, device=device)
+    stats = {name: torch.zeros(weights.count, dtype=wide, device=device) for name in ("residual", "condition", "rank")}
     by_size = torch.argsort(sizes, stable=True)
     chunks = _chunks(sizes[by_size], anchors.shape[1])
     for tokens in tqdm([by_size[a:b] for a, b in chunks], desc="SALT least squares", leave=False):
         width = int(sizes[tokens].max())
-        slot = starts[tokens][:, None] + torch.arange(width)
-        valid = torch.arange(width)[None, :] < sizes[tokens][:, None]
+        slot = starts[tokens][:, None] + torch.arange(width, device=device)
+        valid = torch.arange(width, device=device)[None, :] < sizes[tokens][:, None]
         slot = torch.where(valid, slot, 0)
-        a = anchors[cols[slot]].double() * valid[..., None]
-        e = targets[tokens].double()
+        a = anchors[cols[slot]].to(wide) * valid[..., None]
+        e = targets[tokens].to(wide)
         c, residual, condition, rank = _solve(a, e, ridge)
         values[slot[valid]] = c[valid]
         for name, value in (("residual", residual), ("condition", condition), ("rank", rank)):
-            stats[name][tokens] = value.double()
+            stats[name][tokens] = value.to(wide)
     return SparseWeights(rows, cols, values, weights.count), stats
 
 
@@ -189,11 +191,11 @@ def _solve(a: torch.Tensor, e: torch.Tensor, ridge: float) -> tuple[torch.Tensor
     else:
         eigenvalues, vectors = torch.linalg.eigh(gram)
     largest = eigenvalues[:, -1:].clamp_min(0)
-    kept = eigenvalues > largest * max(a.shape[1], a.shape[2]) * torch.finfo(torch.float64).eps
+    kept = eigenvalues > largest * max(a.shape[1], a.shape[2]) * torch.finfo(a.dtype).eps
     rank = kept.sum(dim=1)
     if ridge > 0:
         shift = ridge * (eigenvalues * kept).sum(dim=1) / rank.clamp_min(1)
-        eye = torch.eye(a.shape[1], dtype=gram.dtype)
+        eye = torch.eye(a.shape[1], dtype=gram.dtype, device=gram.device)
         factor = torch.linalg.cholesky(gram + shift[:, None, None].clamp_min(1e-300) * eye)
         c = torch.cholesky_solve(projected[..., None], factor).squeeze(-1)
     else:

@@ -92,14 +92,14 @@ def init_subword(context: InitContext, config: SubwordConfig) -> InitResult:
     rows, input_norm = _compose(context.source_input, pieces, lengths, *input_rule, norm_rows)
     shift = config.tied_mean_shift if context.tied else 0.0
     if shift:
-        composed = torch.tensor([len(p) > 1 for p in pieces], dtype=torch.bool)
+        composed = torch.tensor([len(p) > 1 for p in pieces], dtype=torch.bool, device=context.device)
         rows[composed] -= shift * context.source_input.mean(dim=0)
     out_rows, output_norm = None, None
     if context.source_output is not None:
         out_rows, output_norm = _compose(
             context.source_output, pieces, lengths, config.output_weighting, config.output_norm, norm_rows
         )
-    counts = torch.tensor([min(len(p), 2) for p in pieces]).bincount(minlength=3).tolist()
+    counts = [sum(min(len(p), 2) == n for p in pieces) for n in range(3)]
     diagnostics = {
         "mean_fallback": counts[0],
         "copied": counts[1],
@@ -141,8 +141,8 @@ def _compose(
 ) -> tuple[torch.Tensor, float | None]:
     weights = [_weights(p, lengths, weighting) if p else [] for p in pieces]
     rows = combine_rows(matrix, pieces, weights)
-    composed = torch.tensor([len(p) > 1 for p in pieces])
-    empty = torch.tensor([len(p) == 0 for p in pieces])
+    composed = torch.tensor([len(p) > 1 for p in pieces], device=matrix.device)
+    empty = torch.tensor([len(p) == 0 for p in pieces], device=matrix.device)
     rows[empty] = matrix.mean(dim=0)
     target = None
     if calibrate:

@@ -17,7 +17,7 @@ from huggingface_hub.utils import tqdm
 
 from ..errors import WordVectorsError
 from ..wordvectors import WordVectors, load_word_vectors
-from .base import InitContext
+from .base import InitContext, precise
 
 __all__ = ["Factorization", "WordSets", "factorize", "match_words", "multilingual_vectors", "token_word_sets"]
 
@@ -59,15 +59,15 @@ class WordSets:
     def counts(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def mean_vectors(self, vectors: np.ndarray) -> torch.Tensor:
-        """`(num_tokens, dim)`: the mean vector of each token's words (zero for tokens without words)."""
+    def mean_vectors(self, vectors: np.ndarray, device: torch.device) -> torch.Tensor:
+        """`(num_tokens, dim)` on `device`: the mean vector of each token's words (zero for tokens without words)."""
         counts = self.counts()
-        rows = torch.from_numpy(np.repeat(np.arange(len(counts)), counts))
-        values = torch.from_numpy(1.0 / np.maximum(counts, 1)).float()[rows]
-        index = torch.stack([rows, torch.from_numpy(self.words)])
+        rows = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(device)
+        values = torch.from_numpy(1.0 / np.maximum(counts, 1)).to(device, torch.float32)[rows]
+        index = torch.stack([rows, torch.from_numpy(self.words).to(device)])
         sparse = torch.sparse_coo_tensor(index, values, (len(counts), len(vectors)), is_coalesced=True,
-                                         check_invariants=True)
-        return torch.sparse.mm(sparse, torch.from_numpy(vectors))
+                                         check_invariants=True, device=device)
+        return torch.sparse.mm(sparse, torch.from_numpy(vectors).to(device))
 
 
 def match_words(tokenizer: Any, words: list[str], num_tokens: int, *, desc: str) -> WordSets:
@@ -112,17 +112,17 @@ class Factorization:
 
 def factorize(matrix: torch.Tensor, rank: int) -> Factorization:
     """Rank-`rank` SVD factorization of `matrix` through its `hidden x hidden` Gram matrix, computed blockwise."""
-    hidden = matrix.shape[1]
-    gram = torch.zeros(hidden, hidden, dtype=torch.float64)
+    hidden, wide = matrix.shape[1], precise(matrix.device)
+    gram = torch.zeros(hidden, hidden, dtype=wide, device=matrix.device)
     for start in range(0, matrix.shape[0], _BLOCK):
-        block = matrix[start : start + _BLOCK].double()
+        block = matrix[start : start + _BLOCK].to(wide)
         gram += block.T @ block
     eigenvalues, eigenvectors = torch.linalg.eigh(gram)
     rank = min(rank, hidden)
     top = eigenvectors[:, -rank:].flip(1)
     singular = eigenvalues[-rank:].flip(0).clamp_min(1e-12).sqrt()
     coordinates = torch.cat(
-        [(matrix[start : start + _BLOCK].double() @ top / singular).float() for start in range(0, len(matrix), _BLOCK)]
+        [(matrix[start : start + _BLOCK].to(wide) @ top / singular).float() for start in range(0, len(matrix), _BLOCK)]
     )
     explained = float(eigenvalues[-rank:].clamp_min(0).sum() / eigenvalues.clamp_min(0).sum().clamp_min(1e-300))
     return Factorization(coordinates, (singular[:, None] * top.T).float(), explained)

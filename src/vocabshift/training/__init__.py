@@ -5,7 +5,6 @@ from .distill_data import DistillationCollator, pack_texts
 from .distillation import DistillationTrainer, DistillationWeights, distillation_loss
 from .evaluation import Evaluation, ModelScores, evaluate
 from .freeze import (
-    RowGuard,
     embedding_parameters,
     freeze_body,
     freeze_for_embedding_training,
@@ -16,6 +15,7 @@ from .freeze import (
 from .metrics import bits_per_byte, token_nll
 from .plots import plot_curves
 from .probing import ProbeResult, probe
+from .rows import TrainableRows
 from .stage import SecondStage
 
 __all__ = [
@@ -26,8 +26,8 @@ __all__ = [
     "Evaluation",
     "ModelScores",
     "ProbeResult",
-    "RowGuard",
     "SecondStage",
+    "TrainableRows",
     "bits_per_byte",
     "distillation_loss",
     "embedding_parameters",

@@ -1,8 +1,8 @@
 """`EmbeddingOnlyCallback`: embedding-only continued pretraining inside an ordinary `transformers.Trainer`.
 
-A thin adapter over `freeze.py` and `stage.py`. The Trainer builds its optimizer (and wraps the model for DDP)
-after `on_init_end` and before `on_train_begin`, so the callback freezes in `on_init_end`: pass it in
-`Trainer(callbacks=[...])`, not through `trainer.add_callback` later.
+A thin adapter over `freeze.py`, `rows.py` and `stage.py`. The Trainer builds its optimizer (and wraps the model for
+DDP or FSDP) after `on_init_end` and before `on_train_begin`, so the callback freezes and splits off the trainable
+rows in `on_init_end`: pass it in `Trainer(callbacks=[...])`, not through `trainer.add_callback` later.
 """
 
 from __future__ import annotations
@@ -16,15 +16,9 @@ from transformers import TrainerCallback
 
 from ..errors import InvalidArgumentError, TrainingSetupError
 from ..record import CONFIG_KEY, get_record
-from .freeze import (
-    ROW_CHOICES,
-    RowGuard,
-    embedding_parameters,
-    freeze_body,
-    record_cpt,
-    row_norms,
-    trainable_row_ids,
-)
+from .backends import refuse_backend
+from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
+from .rows import split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -36,19 +30,21 @@ _PREFIX = "vocabshift/"
 class EmbeddingOnlyCallback(TrainerCallback):
     """Train only the input embeddings and the output head (tied or untied), optionally only the new rows.
 
-    With `rows="new"` the rows `extend_vocabulary` added are the only ones that change: the others stay
-    bit-identical even with AdamW weight decay and momentum (their gradients are masked and their values restored
-    after every optimizer step). Every logging step adds the mean norm of new and old rows to the logs
+    With `rows="new"` the rows `extend_vocabulary` added are the only ones that change: they train as parameters of
+    their own (float32 master weights for a half-precision model) while the embedding matrices are frozen, so the
+    optimizer holds state for them only and the other rows stay bit-identical whatever the weight decay. Checkpoints
+    are plain models (the rows are folded in when saving), and the rows are folded back for good when training
+    ends. Every logging step adds the mean norm of new and old rows to the logs
     (`vocabshift/embed_new_row_norm`, ...; they reach the console, `trainer.state.log_history` and callbacks listed
     after this one, not the reporting integrations, which run first). When training ends, the run (steps, tokens
     seen, final loss, learning rates, rows) is appended to the model's ExtensionRecord (`record.cpt`), which is
     saved in `config.json`. To count tokens seen it sets `args.include_num_input_tokens_seen="all"` (padding
     included) when it is "no"; set it to "non_padding" yourself to leave padding out.
 
-    Distributed: works on one process and with DDP (`accelerate launch`, `torchrun`), with gradient accumulation.
-    Under DeepSpeed the optimizer steps inside `backward()` and under FSDP2 gradient hooks never fire, so old rows
-    would drift: the callback refuses both unless `rows="all"` without `head_learning_rate` or `second_stage`
-    (plain freezing, which both handle). For new rows only under ZeRO-3/FSDP, use peft's `TrainableTokensConfig`.
+    Distributed: one process and DDP (`accelerate launch`, `torchrun`), with gradient accumulation, tested. Under
+    FSDP2 and DeepSpeed ZeRO-1/2 the rows are ordinary parameters (not tested through the Trainer, which needs GPUs
+    for them); `head_learning_rate` and `second_stage` are refused there, and so are split rows under FSDP1 and
+    ZeRO-3 (which flatten or partition the matrices).
 
     Args:
         rows (`str` or `list[int]`, defaults to `"new"`): `"new"` (the record's new ids), `"all"` (every row), or
@@ -63,9 +59,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
     Raises:
         `InvalidArgumentError`: bad arguments, rows out of range (when the Trainer is built).
         `RecordError`: `rows="new"` on a model without an ExtensionRecord.
-        `TrainingSetupError`: the Trainer's optimizer was built before the callback could freeze the body
-            (`optimizers=(...)` built over all parameters, or the callback added after the Trainer was built), or
-            an unsupported DeepSpeed/FSDP setup.
+        `TrainingSetupError`: the Trainer's optimizer was built before the callback could split the rows
+            (`optimizers=(...)`, or the callback added after the Trainer was built), or an unsupported
+            DeepSpeed/FSDP setup.
 
     Example:
         ```python
@@ -98,9 +94,22 @@ class EmbeddingOnlyCallback(TrainerCallback):
         self._model: Any = None
         self._state: dict[str, Any] = {}
 
+    @property
+    def trainable_ids(self) -> torch.Tensor | None:
+        """The embedding rows that train (sorted ids on the embeddings' device), None when every row trains.
+
+        Known once the Trainer is built (`on_init_end`); every other row stays bit-identical.
+        """
+        if self._model is None:
+            raise TrainingSetupError(
+                "EmbeddingOnlyCallback.trainable_ids is known once the Trainer is built: pass the callback in "
+                "Trainer(..., callbacks=[...]) and read it afterwards."
+            )
+        return self._state["ids"]
+
     def on_init_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-        """Freeze the body (before the Trainer builds its optimizer) and check any optimizer given to the Trainer."""
-        _refuse_backend(args, self)
+        """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
+        refuse_backend(self)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
         if self.head_learning_rate is not None and len(embeddings) < 2:
@@ -108,18 +117,20 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 f"head_learning_rate needs an untied output head, but {type(model).__name__}'s head is tied to its "
                 "input embeddings (or absent): drop head_learning_rate."
             )
+        if optimizer is not None and ids is not None:
+            raise TrainingSetupError(_PREBUILT.format(rows=self.rows))
         stage = self.second_stage
         tuner = inject_lora(model, stage.lora, seed=args.seed) if stage is not None and stage.lora else None
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
         self._model = model
-        self._state = {"ids": ids, "embeddings": embeddings, "body": body, "tuner": tuner, "logs": {}}
-        _check_optimizer(optimizer, model, [*embeddings, *body])
+        self._state = {"ids": ids, "rows": split_rows(model, ids), "body": body, "tuner": tuner, "logs": {}}
+        _check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-        """Check the optimizer again, then install the row guard, the body gate and the head-rate scaler."""
+        """Check the optimizer again, then install the body gate and the head-rate scaler."""
         if self._model is None or model is not self._model:
             raise TrainingSetupError(
                 "EmbeddingOnlyCallback did not see this model when the Trainer was built (it was added with "
@@ -127,15 +138,18 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 "body. Pass it in Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
             )
         s = self._state
-        _check_optimizer(optimizer, model, [*s["embeddings"], *s["body"]])
-        s["guard"] = RowGuard(s["embeddings"], s["ids"])
+        if s["ids"] is not None and not s["rows"].is_split:
+            raise TrainingSetupError(
+                "This Trainer has trained once and EmbeddingOnlyCallback folded its rows back when training ended: "
+                "build a new Trainer (with a new callback) to train again."
+            )
+        _check_optimizer(optimizer, model, self._trainable())
         s["gate"] = BodyGate(s["body"]) if self.second_stage is not None else None
         self._maybe_open_gate(state)
         s["head"] = None
         if self.head_learning_rate is not None:
             _check_linear_in_lr(optimizer)
-            ratio = self.head_learning_rate / args.learning_rate
-            s["head"] = _HeadRate(s["embeddings"][1], s["ids"], ratio)
+            s["head"] = _HeadRate(s["rows"].parameters[1], self.head_learning_rate / args.learning_rate)
         s["new_ids"] = _new_ids(model)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
@@ -147,7 +161,6 @@ class EmbeddingOnlyCallback(TrainerCallback):
     def on_optimizer_step(self, args, state, control, **kwargs):
         if self._state.get("head") is not None:
             self._state["head"].apply()
-        self._state["guard"].restore()
 
     def on_step_end(self, args, state, control, **kwargs):
         self._maybe_open_gate(state)
@@ -164,16 +177,19 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 state.log_history[-1].update(figures)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        """Remove hooks, merge LoRA adapters, append the run to the record."""
+        """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record."""
         s = self._state
-        for part in ("guard", "gate"):
-            if s.get(part) is not None:
-                s[part].remove()
+        s["rows"].fold()
+        if s.get("gate") is not None:
+            s["gate"].remove()
         if s.get("tuner") is not None:
             merge_lora(s["tuner"])
             s["tuner"] = None
         if not record_cpt(self._model, self._entry(args, state)):
             logger.info("The model carries no vocabshift record: the CPT history is not stored.")
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [*self._state["rows"].parameters, *self._state["body"]]
 
     def _maybe_open_gate(self, state) -> None:
         gate = self._state.get("gate")
@@ -182,7 +198,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def _entry(self, args, state) -> dict[str, Any]:
         ids = self._state["ids"]
-        rows = self._state["embeddings"][0].shape[0]
+        rows = embedding_parameters(self._model)[0].shape[0]
         return {
             "rows": self.rows if isinstance(self.rows, str) else "custom",
             "trainable_rows": rows if ids is None else len(ids),
@@ -204,24 +220,23 @@ class EmbeddingOnlyCallback(TrainerCallback):
 class _HeadRate:
     """Gives the untied head's trainable rows their own learning rate by scaling each step's update by `ratio`."""
 
-    def __init__(self, head: torch.nn.Parameter, rows: torch.Tensor | None, ratio: float) -> None:
+    def __init__(self, head: torch.nn.Parameter, ratio: float) -> None:
         self.head, self.ratio = head, ratio
-        self.rows = torch.arange(head.shape[0], device=head.device) if rows is None else rows.to(head.device)
         self._before: torch.Tensor | None = None
 
     def save(self) -> None:
-        self._before = self.head.detach()[self.rows].clone()
+        self._before = self.head.detach().clone()
 
     @torch.no_grad()
     def apply(self) -> None:
-        after = self.head[self.rows]
-        self.head.index_copy_(0, self.rows, self._before + (after - self._before) * self.ratio)
+        self.head.copy_(self._before + (self.head - self._before) * self.ratio)
 
 
 def _new_ids(model: Any) -> torch.Tensor | None:
     if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
         return None
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long)
+    device = embedding_parameters(model)[0].device
+    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
 
 
 def _check_linear_in_lr(optimizer: Any) -> None:
@@ -234,43 +249,30 @@ def _check_linear_in_lr(optimizer: Any) -> None:
         )
 
 
+_PREBUILT = (
+    "The Trainer was given an optimizer (optimizers=...), but EmbeddingOnlyCallback(rows={rows!r}) trains rows that "
+    "it splits off into new parameters when the Trainer is built, which an optimizer built before cannot hold. Drop "
+    "optimizers=... and choose the optimizer with TrainingArguments(optim=...) or "
+    "Trainer(optimizer_cls_and_kwargs=(cls, kwargs))."
+)
+
+
 def _check_optimizer(optimizer: Any, model: Any, trainable: list[torch.nn.Parameter]) -> None:
+    """The optimizer holds exactly the parameters that train (the Trainer builds it over those that require grad)."""
     if optimizer is None:
         return
-    allowed = {id(p) for p in trainable}
     names = {id(p): name for name, p in model.named_parameters()}
-    stray = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in allowed]
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    stray = [i for i in held if i not in {id(p) for p in trainable}]
     if stray:
         raise TrainingSetupError(
             f"The Trainer's optimizer holds {len(stray)} parameters that embedding-only training freezes (e.g. "
-            f"{names.get(id(stray[0]), 'an unnamed one')!r}): it was built before EmbeddingOnlyCallback could "
-            "freeze the body. Let the Trainer build it (drop optimizers=...), or build it over "
-            "vocabshift.training.freeze_for_embedding_training(model).parameters."
+            f"{names.get(stray[0], 'an unnamed one')!r}): it was built before EmbeddingOnlyCallback could "
+            "freeze the body. Let the Trainer build it (drop optimizers=...)."
         )
-
-
-def _refuse_backend(args: Any, callback: EmbeddingOnlyCallback) -> None:
-    """DeepSpeed steps inside backward() and FSDP2 skips tensor hooks: only plain freezing is safe there."""
-    backend = _sharding_backend()
-    plain = callback.rows == "all" and callback.head_learning_rate is None and callback.second_stage is None
-    if backend is not None and not plain:
+    missing = [p for p in trainable if id(p) not in held]
+    if missing:
         raise TrainingSetupError(
-            f"EmbeddingOnlyCallback cannot keep rows fixed (or gate the body) under {backend}: the optimizer step "
-            "bypasses its gradient masks. Use rows='all' without head_learning_rate/second_stage, or train the "
-            "new rows with peft's TrainableTokensConfig(token_indices=vocabshift.get_record(model).new_ids)."
+            f"The Trainer's optimizer does not hold {names.get(id(missing[0]), 'a parameter')!r}, which "
+            "EmbeddingOnlyCallback trains: let the Trainer build the optimizer (drop optimizers=...)."
         )
-
-
-def _sharding_backend() -> str | None:
-    """"DeepSpeed", "FSDP" or None, read where the Trainer decides it: the plugins in accelerate's state.
-
-    (Neither `args.fsdp` nor ACCELERATE_USE_FSDP is enough: on a machine without GPUs the Trainer runs DDP with both.)
-    """
-    from accelerate.state import AcceleratorState
-
-    state = AcceleratorState._shared_state
-    if state.get("deepspeed_plugins"):
-        return "DeepSpeed"
-    if state.get("fsdp_plugin") is not None:
-        return "FSDP"
-    return None

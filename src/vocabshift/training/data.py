@@ -38,7 +38,8 @@ def read_texts(path: str | os.PathLike) -> list[str]:
 
 
 def pack_blocks(tokenizer: Any, texts: Sequence[str], length: int) -> torch.Tensor:
-    """`(blocks, length)` token ids: the texts tokenized, joined by eos, cut into whole blocks (the rest dropped).
+    """`(blocks, length)` token ids on the CPU: the texts tokenized, joined by eos, cut into whole blocks (the rest
+    dropped).
 
     Raises:
         `InvalidArgumentError`: the texts give less than one block.
@@ -51,4 +52,4 @@ def pack_blocks(tokenizer: Any, texts: Sequence[str], length: int) -> torch.Tens
             f"The training texts give {len(ids)} tokens, fewer than one block of context_length={length}: pass more "
             "text."
         )
-    return torch.tensor(ids[: usable * length]).view(usable, length)
+    return torch.tensor(ids[: usable * length], device="cpu").view(usable, length)  # a dataset: batches move

@@ -102,21 +102,20 @@ class DistillationCollator:
 
 def _pad(rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
     """Right-pad every field to the longest row (ids with 0, chunk indices with -1) and add masks and labels."""
-    batch = {}
+    arrays = {}
     for name in rows[0]:
         width = max(len(row[name]) for row in rows)
         fill = 0 if name.endswith("input_ids") else -1
-        padded = np.full((len(rows), width), fill, dtype=np.int64)
+        arrays[name] = np.full((len(rows), width), fill, dtype=np.int64)
         for index, row in enumerate(rows):
-            padded[index, : len(row[name])] = row[name]
-        batch[name] = torch.from_numpy(padded)
-    lengths = {side: torch.tensor([len(row[f"{side}input_ids"]) for row in rows]) for side in ("", "teacher_")}
-    for side, length in lengths.items():
-        width = batch[f"{side}input_ids"].shape[1]
-        batch[f"{side}attention_mask"] = (torch.arange(width)[None, :] < length[:, None]).long()
-    batch["chunk_mask"] = batch["chunk_ends"] >= 0
-    batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    return batch
+            arrays[name][index, : len(row[name])] = row[name]
+    for side in ("", "teacher_"):
+        lengths = np.array([len(row[f"{side}input_ids"]) for row in rows])
+        width = arrays[f"{side}input_ids"].shape[1]
+        arrays[f"{side}attention_mask"] = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    arrays["chunk_mask"] = arrays["chunk_ends"] >= 0
+    arrays["labels"] = np.where(arrays["attention_mask"] == 1, arrays["input_ids"], -100)
+    return {name: torch.from_numpy(array) for name, array in arrays.items()}  # on the CPU, as a data loader gives
 
 
 def pack_texts(texts: Iterable[str], tokenizer: Any, *, max_length: int, separator: str = "\n") -> list[str]:

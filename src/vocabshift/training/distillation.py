@@ -104,6 +104,20 @@ def distillation_loss(
     return loss, {name: value.item() for name, value in parts.items()}
 
 
+def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> bool:
+    """Whether the rows of the old vocabulary stay fixed (extend mode, and the callback trains only new rows)."""
+    ours = [c for c in callbacks if isinstance(c, EmbeddingOnlyCallback)]
+    if not ours and teacher_model is None:
+        raise TrainingSetupError(
+            "DistillationTrainer needs EmbeddingOnlyCallback in callbacks=[...] (the teacher is the model's own "
+            "frozen body), or a separate teacher_model=<the original model>."
+        )
+    rows = ours[0].rows if ours else "all"
+    if record.mode != "extend":
+        return False
+    return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_num_rows
+
+
 class DistillationTrainer(Trainer):
     """A `Trainer` that learns the new rows from the original model on the same text (TRL-style loss override).
 
@@ -140,26 +154,15 @@ class DistillationTrainer(Trainer):
                  max_length: int = 128, **kwargs: Any) -> None:
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
+        frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
+        # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
+        self.teacher = Teacher(model, old_rows=record.old_num_rows, frozen_old_rows=frozen, teacher_model=teacher_model)
         collator = kwargs.pop("data_collator", None) or DistillationCollator(processing_class, teacher_tokenizer,
                                                                             max_length=max_length)
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
-        self.teacher = Teacher(self.model, old_rows=record.old_num_rows, teacher_model=teacher_model,
-                               frozen_old_rows=self._old_rows_frozen(record, teacher_model))
         self._parts: dict[str, list[float]] = defaultdict(list)
-
-    def _old_rows_frozen(self, record: Any, teacher_model: Any) -> bool:
-        callbacks = [c for c in self.callback_handler.callbacks if isinstance(c, EmbeddingOnlyCallback)]
-        if not callbacks and teacher_model is None:
-            raise TrainingSetupError(
-                "DistillationTrainer needs EmbeddingOnlyCallback in callbacks=[...] (the teacher is the model's "
-                "own frozen body), or a separate teacher_model=<the original model>."
-            )
-        rows = callbacks[0].rows if callbacks else "all"
-        if isinstance(rows, str):
-            return rows == "new" and record.mode == "extend"
-        return record.mode == "extend" and min(rows) >= record.old_num_rows
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself

@@ -183,7 +183,7 @@ def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options
     with eval_mode(model):
         ids, nll = token_nll(model, tokenizer, texts, **options)
     num_bytes = len("\n".join(texts).encode("utf-8"))
-    new_ids = _new_ids(model)
+    new_ids = _new_ids(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
         label=label,
@@ -197,10 +197,10 @@ def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options
     )
 
 
-def _new_ids(model: Any) -> torch.Tensor | None:
+def _new_ids(model: Any, device: torch.device) -> torch.Tensor | None:
     if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
         return None
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long)
+    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
 
 
 def _mean(values: torch.Tensor) -> float | None:

@@ -1,16 +1,16 @@
-"""Plain functions for embedding-only training: freeze the body, keep chosen rows bit-identical, report row norms.
+"""Plain functions for embedding-only training: freeze the body, split off the rows that train, report row norms.
 
 A custom training loop needs three lines:
 
 ```python
-guard = freeze_for_embedding_training(model, rows="new")
-optimizer = torch.optim.AdamW(guard.parameters, lr=1e-3, weight_decay=0.1)
-...  # loss.backward(); optimizer.step(); guard.restore(); optimizer.zero_grad()
+rows = freeze_for_embedding_training(model, rows="new")
+optimizer = torch.optim.AdamW(rows.parameters, lr=1e-3, weight_decay=0.1)
+...  # loss.backward(); optimizer.step(); optimizer.zero_grad()
+rows.fold()  # the trained rows back into the embedding matrices: a plain model again
 ```
 
-Gradient masks alone do not keep rows fixed: AdamW's decoupled weight decay moves every row it holds. So the guard
-both masks the gradients of frozen rows (which keeps them out of gradient clipping and optimizer moments) and copies
-their saved values back after each optimizer step (which undoes weight decay bit for bit).
+The rows that train are parameters of their own (see `rows.py`), so the optimizer holds state for them only and the
+other rows cannot move, whatever the weight decay or momentum.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidArgumentError, RecordError, UnsupportedModelError
+from ..errors import InvalidArgumentError, RecordError
 from ..record import CONFIG_KEY, get_record
+from .fold import row_norms_of
+from .rows import TrainableRows, embedding_modules, embedding_parameters, split_rows
 
 __all__ = [
     "ROW_CHOICES",
-    "RowGuard",
     "embedding_parameters",
     "freeze_body",
     "freeze_for_embedding_training",
@@ -35,23 +36,6 @@ __all__ = [
 ]
 
 ROW_CHOICES = ("new", "all")
-
-
-def embedding_parameters(model: Any) -> list[torch.nn.Parameter]:
-    """The input embedding matrix and, when it is not tied to it, the output head's weight.
-
-    Raises:
-        `UnsupportedModelError`: if the model has no input embedding matrix.
-    """
-    inputs = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    weight = getattr(inputs, "weight", None)
-    if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no input embedding matrix: pass a transformers model with token embeddings."
-        )
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    head_weight = getattr(head, "weight", None)
-    return [weight] if head_weight is None or head_weight is weight else [weight, head_weight]
 
 
 def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[torch.nn.Parameter]:
@@ -72,18 +56,21 @@ def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[
 def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | None:
     """The embedding rows to train: `"all"` -> None (every row), `"new"` -> the record's new ids, or given ids.
 
+    Ids come sorted, unique, on the embeddings' device.
+
     Raises:
         `InvalidArgumentError`: if `rows` is none of those, or an id is outside the embedding matrix.
         `RecordError`: if `rows="new"` and the model carries no ExtensionRecord (or one for another size).
     """
-    num_rows = embedding_parameters(model)[0].shape[0]
+    weight = embedding_parameters(model)[0]
+    num_rows, device = weight.shape[0], weight.device
     if isinstance(rows, str):
         if rows not in ROW_CHOICES:
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
-        return None if rows == "all" else _record_new_ids(model, num_rows)
+        return None if rows == "all" else _record_new_ids(model, num_rows, device)
     if not isinstance(rows, Sequence) or not rows or not all(_is_int(i) for i in rows):
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a non-empty list of row ids.")
-    ids = torch.tensor(sorted(set(rows)), dtype=torch.long)
+    ids = torch.tensor(sorted(set(rows)), dtype=torch.long, device=device)
     if ids[0] < 0 or ids[-1] >= num_rows:
         raise InvalidArgumentError(
             f"rows holds ids from {int(ids[0])} to {int(ids[-1])} but the embedding matrix has {num_rows} rows: "
@@ -92,13 +79,13 @@ def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | N
     return ids
 
 
-def _record_new_ids(model: Any, num_rows: int) -> torch.Tensor:
+def _record_new_ids(model: Any, num_rows: int, device: torch.device) -> torch.Tensor:
     try:
         record = get_record(model)
     except RecordError as error:
         raise RecordError(f"{error} rows='new' trains the rows extend_vocabulary added; pass rows='all' to train "
                           "every row of a model without a record.") from None
-    ids = torch.tensor(record.new_ids, dtype=torch.long)
+    ids = torch.tensor(record.new_ids, dtype=torch.long, device=device)
     if record.new_num_rows != num_rows or (len(ids) and ids[-1] >= num_rows):
         raise RecordError(
             f"The vocabshift record describes {record.new_num_rows} embedding rows but the model has {num_rows}: "
@@ -111,78 +98,44 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class RowGuard:
-    """Keeps every embedding row outside `rows` bit-identical while the others train.
-
-    It registers gradient hooks that zero the frozen rows' gradients (single process and DDP; under FSDP2 tensor
-    hooks do not fire) and saves the frozen rows so that `restore()` can copy them back after each optimizer step.
-    Memory: one copy of the frozen rows, on the parameters' device.
+def freeze_for_embedding_training(model: Any, *, rows: str | Sequence[int] = "new") -> TrainableRows:
+    """Freeze everything but the embeddings, and split the rows that train into their own parameters.
 
     Args:
-        parameters (`list[torch.nn.Parameter]`): the embedding matrices (see `embedding_parameters`).
-        rows (`torch.Tensor | None`): the row ids to train; None trains every row (the guard then does nothing).
-    """
-
-    def __init__(self, parameters: list[torch.nn.Parameter], rows: torch.Tensor | None) -> None:
-        self.parameters = list(parameters)
-        self.rows = rows
-        self._hooks: list[Any] = []
-        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []
-        if rows is None:
-            return
-        for parameter in self.parameters:
-            train = torch.zeros(parameter.shape[0], dtype=torch.bool, device=parameter.device)
-            train[rows.to(parameter.device)] = True
-            frozen = (~train).nonzero().squeeze(1)
-            self._saved.append((frozen, parameter.detach()[frozen].clone()))
-            self._hooks.append(parameter.register_hook(lambda grad, keep=train: grad.masked_fill(~keep[:, None], 0)))
-
-    @torch.no_grad()
-    def restore(self) -> None:
-        """Copy the saved frozen rows back (call after every optimizer step)."""
-        for parameter, (frozen, values) in zip(self.parameters, self._saved):
-            parameter.index_copy_(0, frozen, values)
-
-    def remove(self) -> None:
-        """Remove the gradient hooks (the saved rows are dropped too)."""
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks, self._saved = [], []
-
-
-def freeze_for_embedding_training(model: Any, *, rows: str | Sequence[int] = "new") -> RowGuard:
-    """Freeze everything but the embeddings and guard the rows that must not change.
-
-    Args:
-        model (`PreTrainedModel`): the model; its input embeddings and (tied or untied) output head stay trainable.
+        model (`PreTrainedModel`): the model; its input embeddings and (tied or untied) output head train.
         rows (`str` or `list[int]`, defaults to `"new"`): `"new"` trains only the rows `extend_vocabulary` added,
             `"all"` every row, or the given row ids.
 
     Returns:
-        `RowGuard`: pass `guard.parameters` to the optimizer and call `guard.restore()` after each step.
+        `TrainableRows`: pass `.parameters` to the optimizer; call `.fold()` when training ends (or use it as a
+        context manager). Until then `state_dict()` and `save_pretrained` fold the rows in on the fly.
 
     Raises:
-        `InvalidArgumentError`, `RecordError`, `UnsupportedModelError`: see `trainable_row_ids`.
+        `InvalidArgumentError`, `RecordError`, `UnsupportedModelError`: see `trainable_row_ids` and `split_rows`.
 
     Example:
         ```python
-        >>> guard = freeze_for_embedding_training(model, rows="new")
-        >>> optimizer = torch.optim.AdamW(guard.parameters, lr=1e-3, weight_decay=0.1)
+        >>> with freeze_for_embedding_training(model, rows="new") as trainable:
+        ...     optimizer = torch.optim.AdamW(trainable.parameters, lr=1e-3, weight_decay=0.1)
+        ...     train(model, optimizer)
         ```
     """
     ids = trainable_row_ids(model, rows)
-    return RowGuard(freeze_body(model), ids)
+    freeze_body(model)
+    return split_rows(model, ids)
 
 
-@torch.no_grad()
 def row_norms(model: Any, new_ids: torch.Tensor | None) -> dict[str, float]:
     """Mean L2 norm of the new rows and of the other rows, for the input embeddings and an untied head.
 
-    With `new_ids=None` (no record), the mean norm of all rows.
+    With `new_ids=None` (no record), the mean norm of all rows. Rows split off for training count with their
+    current values.
     """
+    inputs, head = embedding_modules(model)
+    modules = [inputs] if head is None or head.weight is inputs.weight else [inputs, head]
     figures = {}
-    for name, parameter in zip(("embed", "head"), embedding_parameters(model)):
-        norms = parameter.detach().float().norm(dim=1)
+    for name, module in zip(("embed", "head"), modules):
+        norms = row_norms_of(module)
         if new_ids is None:
             figures[f"{name}_row_norm"] = norms.mean().item()
             continue

@@ -31,7 +31,8 @@ def token_nll(
     with `prefix_token_id` (default: the tokenizer's bos, else eos), so that every text token is scored exactly once.
 
     Returns:
-        `(ids, nll)`: two 1-D tensors of the same length, the token ids (int64) and their losses (float32, CPU).
+        `(ids, nll)`: two 1-D tensors of the same length, the token ids (int64) and their losses (float32), on the
+        CPU (the results; the model runs where it lives).
     """
     if not texts:
         raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
@@ -43,7 +44,7 @@ def token_nll(
     losses = []
     for start in tqdm(range(0, len(windows), batch_size), desc="Scoring held-out text", leave=False):
         losses.extend(_window_nll(model, windows[start : start + batch_size], device))
-    return torch.tensor(ids, dtype=torch.long), torch.cat(losses) if losses else torch.zeros(0)
+    return torch.tensor(ids, dtype=torch.long, device="cpu"), torch.cat(losses) if losses else torch.zeros(0, device="cpu")
 
 
 def bits_per_byte(
@@ -85,12 +86,9 @@ def default_prefix(tokenizer: Any) -> int:
 def _window_nll(model: Any, windows: list[list[int]], device: torch.device) -> list[torch.Tensor]:
     """For each window, the NLL (nats) of every token after the first."""
     width = max(map(len, windows))
-    input_ids = torch.zeros(len(windows), width, dtype=torch.long)
-    mask = torch.zeros(len(windows), width, dtype=torch.long)
-    for row, window in enumerate(windows):
-        input_ids[row, : len(window)] = torch.tensor(window)
-        mask[row, : len(window)] = 1
-    logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
-    targets = input_ids[:, 1:].to(device)
+    input_ids = torch.tensor([w + [0] * (width - len(w)) for w in windows], dtype=torch.long, device=device)
+    mask = torch.tensor([[1] * len(w) + [0] * (width - len(w)) for w in windows], dtype=torch.long, device=device)
+    logits = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1].float()
+    targets = input_ids[:, 1:]
     nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").float().cpu()
     return [nll[row, : len(window) - 1] for row, window in enumerate(windows)]

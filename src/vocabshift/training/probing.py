@@ -230,7 +230,7 @@ class _Batches:
                  batch_size: int, length: int, seed: int) -> None:
         packed = pack_texts(texts, tokenizer, max_length=length)
         generator = torch.Generator().manual_seed(seed)
-        order = torch.cat([torch.randperm(len(packed), generator=generator)
+        order = torch.cat([torch.randperm(len(packed), generator=generator, device="cpu")
                            for _ in range(-(-steps * batch_size // len(packed)))]).tolist()
         collate = DistillationCollator(tokenizer, source, max_length=length)
         self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
@@ -258,23 +258,21 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
         with eval_mode(model):
             return bits_per_byte(model, tokenizer, held_out)
 
-    guard = freeze_for_embedding_training(model, rows=rows)
-    optimizer = torch.optim.AdamW(guard.parameters, lr=lr, weight_decay=weight_decay)
-    device = guard.parameters[0].device
+    trainable = freeze_for_embedding_training(model, rows=rows)
+    optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)
+    device = trainable.parameters[0].device
     curve = [(0, score())]
     model.train()
-    with torch.random.fork_rng(devices=[]):
+    with trainable, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
             targets = data.targets(step - 1, weights) if weights.hidden or weights.chunk else None
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
             distillation_loss(model, targets, batch, weights)[0].backward()
             optimizer.step()
-            guard.restore()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == len(data.batches):
                 curve.append((step, score()))
-    guard.remove()
     return curve
 
 

@@ -2,9 +2,10 @@
 
 In extend mode with only the new rows training, the model itself is the original model when fed old ids (their
 rows never change): one extra no-grad forward, no copy of any weight. Otherwise (replace mode, or old rows that
-train) the original embedding matrices stand in for the current ones through `torch.func.functional_call`, which
-leaves the model untouched; extend_vocabulary keeps those matrices in replace mode (`embeddings.remember_original`),
-as the tensors it replaced, not copies. A separate teacher model with the old tokenizer works too.
+train) the body runs on the original rows' embeddings (`inputs_embeds`) and the original head turns its last hidden
+state into logits: the model's own embedding modules, and whatever trains in them, are not used. extend_vocabulary
+keeps the original matrices in replace mode (`embeddings.remember_original`: the tensors it replaced, not copies);
+old rows that train are copied once, before training. A separate teacher model with the old tokenizer works too.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.func import functional_call
+import torch.nn.functional as F
 
-from ..embeddings import embedding_tensors, original_embeddings
+from ..embeddings import original_embeddings, original_tensors
 from ..errors import TrainingSetupError
 
 __all__ = ["Teacher", "TeacherOutput"]
@@ -33,37 +34,56 @@ class Teacher:
     """Runs the original model on the teacher side of a distillation batch, without gradients.
 
     Args:
-        model (`PreTrainedModel`): the student (its own unwrapped module, not a DDP wrapper).
+        model (`PreTrainedModel`): the student (its own module, not a DDP wrapper), before embedding-only training
+            has split or changed any row.
         old_rows (`int`): rows of the original embedding matrix (the teacher's logits are cut to them).
         frozen_old_rows (`bool`): whether rows below `old_rows` stay fixed during training.
         teacher_model (*optional*): a separate original model; used as is when given.
+
+    Raises:
+        `TrainingSetupError`: replace mode without the original rows in this process (pass `teacher_model`).
     """
 
     def __init__(self, model: Any, *, old_rows: int, frozen_old_rows: bool, teacher_model: Any = None) -> None:
         self.model, self.old_rows, self.teacher_model = model, old_rows, teacher_model
-        self.substitutes: dict[str, torch.Tensor] | None = None
+        self.original: dict[str, torch.Tensor | None] | None = None
         if teacher_model is not None:
             return
         record = getattr(model.config, "vocabshift", None) or {}
         if record.get("mode") == "replace":
-            self.substitutes = _originals(model)
-        elif not frozen_old_rows:  # old rows will train: snapshot them now, while they are the original ones
-            self.substitutes = {name: tensor.detach()[:old_rows].clone() for name, tensor in embedding_tensors(model)}
+            self.original = _originals(model)
+        elif not frozen_old_rows:  # old rows will train: copy them now, while they are the original ones
+            self.original = {role: None if t is None else t[:old_rows].clone()
+                             for role, t in original_tensors(model).items()}
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, layer: int,
                  logits: bool) -> TeacherOutput:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True}
-        if self.teacher_model is not None:
-            out = self.teacher_model(**inputs)
-        elif self.substitutes is not None:
-            out = functional_call(self.model, self.substitutes, args=(), kwargs=inputs, strict=False)
-        else:
-            out = self.model(**inputs)
-        return TeacherOutput(out.hidden_states[layer], out.logits[..., : self.old_rows] if logits else None)
+        if self.original is None:
+            model = self.teacher_model if self.teacher_model is not None else self.model
+            out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            return TeacherOutput(out.hidden_states[layer], out.logits[..., : self.old_rows] if logits else None)
+        embeds = _lookup(self.model.get_input_embeddings(), self.original["input"], input_ids)
+        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, output_hidden_states=True)
+        return TeacherOutput(out.hidden_states[layer], self._logits(out.hidden_states[-1]) if logits else None)
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The original head on the last hidden state, with the model's final logit soft-capping (Gemma-2)."""
+        head = self.original["head"] if self.original["head"] is not None else self.original["input"]
+        scores = F.linear(hidden, head.to(hidden.dtype), self.original["bias"])
+        cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
+        return scores if not cap else torch.tanh(scores / cap) * cap
 
 
-def _originals(model: Any) -> dict[str, torch.Tensor]:
+def _lookup(module: torch.nn.Module, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """What `module` (an `nn.Embedding`, or Gemma's subclass that scales by `embed_scale`) gives for `ids` with
+    `weight` as its matrix."""
+    embeds = F.embedding(ids, weight, padding_idx=getattr(module, "padding_idx", None))
+    scale = getattr(module, "embed_scale", None)
+    return embeds if scale is None else embeds * torch.as_tensor(scale, dtype=embeds.dtype, device=embeds.device)
+
+
+def _originals(model: Any) -> dict[str, torch.Tensor | None]:
     originals = original_embeddings(model)
     if originals is None:
         raise TrainingSetupError(

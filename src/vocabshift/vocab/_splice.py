@@ -3,6 +3,7 @@ appended, and new pieces dropped again (with everything built from them) when th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tokenizers import models
@@ -20,26 +21,31 @@ def next_id(state: dict[str, Any]) -> int:
     return max(ids + [entry["id"] for entry in state.get("added_tokens", [])]) + 1
 
 
-def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[str, str], wanted: set[str]) -> int:
+def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[str, str], wanted: set[str],
+               allowed: Callable[[str], bool]) -> int:
     """Append the new tokenizer's merges that build wanted pieces; return how many pieces stay unreachable.
 
-    `natives` spells every new piece as the old model writes it; only merges whose result is wanted are added, and
-    only once both parts exist (old pieces, or wanted pieces added before).
+    `natives` spells every new piece as the old model writes it. A wanted piece whose two parts both exist (old
+    pieces, or pieces added before) gets its own merge; the others, and pieces the merged table does not produce
+    from their own text, are built from what it produces instead (`_build`), through pieces that `allowed` accepts.
     """
     vocab, merges = state["model"]["vocab"], state["model"]["merges"]
-    first, added = next_id(state), []
+    first, added, pending = next_id(state), [], []
     for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some)
         if piece in wanted and len(native) == 1 and native not in vocab:
             vocab[native] = first + len(added)
             added.append(native)
     for left, right in merge_pairs(new_state["model"]):
         a, b = natives.get(left), natives.get(right)
-        if left + right not in wanted or a is None or b is None or a not in vocab or b not in vocab or a + b in vocab:
+        if left + right not in wanted or a is None or b is None or a + b in vocab:
             continue
-        vocab[a + b] = first + len(added)
-        merges.append([a, b])
-        added.append(a + b)
-    dead = _repair_unreachable(state, added)
+        if a in vocab and b in vocab:
+            vocab[a + b] = first + len(added)
+            merges.append([a, b])
+            added.append(a + b)
+        else:
+            pending.append(a + b)
+    dead = _repair(state, added + pending, allowed)
     drop_pieces(state, dead, first_new_id=first)
     return len(dead)
 
@@ -63,20 +69,40 @@ def _unreachable(state: dict[str, Any], pieces: list[str]) -> dict[str, list[str
     return result
 
 
-def _repair_unreachable(state: dict[str, Any], added: list[str]) -> set[str]:
-    """Add one merge for each unreachable piece that comes out as two pieces; return those still unreachable.
+def _repair(state: dict[str, Any], pieces: list[str], allowed: Callable[[str], bool]) -> set[str]:
+    """Build every piece the model does not produce from its own text; return those still unreachable.
 
     Merges appended later rank below every merge that builds a reachable piece, so only pieces that were
     unreachable need checking again.
     """
-    unreachable = _unreachable(state, added)
+    unreachable = _unreachable(state, pieces)
     for _ in range(3):
-        repairable = [produced for produced in unreachable.values() if len(produced) == 2]
-        if not repairable:
+        if not unreachable:
             break
-        state["model"]["merges"].extend([list(pair) for pair in repairable])
+        known = {tuple(pair) for pair in state["model"]["merges"][-10 * len(unreachable):]}
+        for piece, produced in unreachable.items():
+            _build(state, piece, produced, allowed, known)
         unreachable = _unreachable(state, list(unreachable))
     return set(unreachable)
+
+
+def _build(state: dict[str, Any], piece: str, produced: list[str], allowed: Callable[[str], bool],
+           known: set[tuple[str, str]]) -> None:
+    """Append merges that join `produced` into `piece`, each joining two neighbours into a piece `allowed` accepts
+    (a merge result that could occur in source-language text would change how it is cut); give up otherwise."""
+    vocab, merges, sequence = state["model"]["vocab"], state["model"]["merges"], list(produced)
+    while len(sequence) > 1:
+        index = next((i for i in range(len(sequence) - 1) if allowed(sequence[i] + sequence[i + 1])), None)
+        if index is None:
+            return
+        pair = (sequence[index], sequence[index + 1])
+        joined = pair[0] + pair[1]
+        if joined not in vocab:
+            vocab[joined] = next_id(state)
+        if pair not in known:
+            merges.append(list(pair))
+            known.add(pair)
+        sequence[index : index + 2] = [joined]
 
 
 def drop_pieces(state: dict[str, Any], dead: set[str], *, first_new_id: int) -> None:

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from ..errors import UnsupportedTokenizerError
 
-__all__ = ["Family", "TokenForm", "backend_state", "byte_alphabet", "detect_family", "native_string", "token_forms"]
+__all__ = ["Family", "TokenForm", "backend_state", "byte_alphabet", "detect_family", "native_bytes", "native_string",
+           "token_forms"]
 
 Family = Literal["bytelevel", "sentencepiece", "wordpiece"]
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -157,6 +158,15 @@ def token_forms(tokenizer: Any, state: dict[str, Any] | None = None) -> list[Tok
         else:
             forms.append(TokenForm(b"<hole %d>" % index, special=True))
     return forms
+
+
+def native_bytes(piece: str, family: Family) -> bytes:
+    """The bytes a (non-added) BPE model piece of `family` stands for in running text, its leading space included."""
+    if family == "bytelevel":
+        alphabet, table = _byte_decoder()
+        return piece.translate(table).encode("latin-1") if alphabet.issuperset(piece) else piece.encode()
+    byte = _BYTE_PIECE.match(piece)
+    return bytes([int(byte.group(1), 16)]) if byte else piece.replace(SPIECE, " ").encode()
 
 
 def native_string(form: TokenForm, family: Family) -> str | None:

@@ -11,6 +11,7 @@ leaving out the new tokens that change how given source-language lines are cut.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import tempfile
@@ -25,8 +26,8 @@ from transformers import AutoTokenizer
 
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
 from ._splice import append_unigram, append_wordpiece, drop_pieces, next_id, splice_bpe
-from .forms import Family, TokenForm, backend_state, detect_family, native_string, token_forms
-from .stats import changed_share, dominant_script, scripts_in, tokens_per_word
+from .forms import Family, TokenForm, backend_state, detect_family, native_bytes, native_string, token_forms
+from .stats import bound_to_script, changed_share, dominant_script, tokens_per_word
 
 __all__ = ["MergeReport", "merge_tokenizers", "rebuild_tokenizer"]
 
@@ -107,10 +108,13 @@ def merge_tokenizers(
         covers_bytes = family == "bytelevel" or bool(state["model"].get("byte_fallback"))
         pieces = _new_pieces(new_state, token_forms(new, new_state))
         natives = _natives(pieces, family)
-        wanted = _wanted(pieces, token_forms(source, state), covers_bytes) & natives.keys()
+        target = _target_script(pieces, token_forms(source, state))
+        wanted = _wanted(pieces, target, covers_bytes) & natives.keys()
         progress.update()
         if kind == "BPE":
-            dropped = splice_bpe(state, new_state, natives, wanted)
+            allowed = (lambda native: True) if target is None else functools.partial(
+                _native_bound, family=family, target=target)
+            dropped = splice_bpe(state, new_state, natives, wanted, allowed)
         elif kind == "Unigram":
             dropped = append_unigram(state, new_state, natives, wanted)
         else:
@@ -170,27 +174,29 @@ def _new_pieces(new_state: dict[str, Any], forms: list[TokenForm]) -> dict[str, 
     return {piece: forms[index] for index, piece in sorted(pairs) if not forms[index].added}
 
 
-def _wanted(pieces: dict[str, TokenForm], old_forms: list[TokenForm], covers_bytes: bool) -> set[str]:
-    """Which new pieces to add: with a target script other than the old one's, those holding a letter of it.
-
-    Every merge (or piece) added then builds a token with a target-script letter, so text without such letters is
-    cut exactly as before: pieces of other scripts (Latin names, digit and punctuation runs in Russian text) would
-    change how source-language text is cut. A target token whose parts are neither old nor wanted is repaired with
-    one merge or dropped. Single characters are kept when the old tokenizer has no byte fallback (it would cut them
-    into unknown tokens).
-    """
+def _target_script(pieces: dict[str, TokenForm], old_forms: list[TokenForm]) -> str | None:
+    """The new tokens' script when it differs from the old vocabulary's, else None (no script filter applies)."""
     target = dominant_script(form.text for form in pieces.values())
-    if target is None or target == dominant_script(f.text for f in old_forms if not f.special):
+    return None if target == dominant_script(f.text for f in old_forms if not f.special) else target
+
+
+def _wanted(pieces: dict[str, TokenForm], target: str | None, covers_bytes: bool) -> set[str]:
+    """Which new pieces to add: with a target script other than the old one's, those bound to it.
+
+    A piece is bound to the script when its bytes can only occur in text with a letter of it (a letter, or the first
+    bytes of a character that can only be one). Every merge (or piece) added then builds a bound piece, so text
+    without such letters is cut exactly as before: pieces of other scripts (Latin names, digit and punctuation runs
+    in Russian text) would change how source-language text is cut. Single characters are kept when the old tokenizer
+    has no byte fallback (it would cut them into unknown tokens).
+    """
+    if target is None:
         return set(pieces)
-    return {piece for piece, form in pieces.items() if _in_script(form, target, covers_bytes)}
+    return {piece for piece, form in pieces.items()
+            if bound_to_script(form.surface, target) or (len(form.text) == 1 and not covers_bytes)}
 
 
-def _in_script(form: TokenForm, target: str, covers_bytes: bool) -> bool:
-    try:
-        text = form.data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return target in scripts_in(text) or (len(text) == 1 and not covers_bytes)
+def _native_bound(native: str, *, family: Family, target: str) -> bool:
+    return bound_to_script(native_bytes(native, family), target)
 
 
 def _natives(pieces: dict[str, TokenForm], family: Family) -> dict[str, str]:

@@ -8,7 +8,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["changed_share", "dominant_script", "script_of", "scripts_in", "tokens_per_word"]
+__all__ = ["bound_to_script", "changed_share", "dominant_script", "script_of", "scripts_in", "tokens_per_word"]
 
 # Unicode character names that do not start with their script's name.
 _SCRIPT_ALIASES = {"CJK": "HAN", "HIRAGANA": "JAPANESE", "KATAKANA": "JAPANESE"}
@@ -53,3 +53,41 @@ def dominant_script(texts: Iterable[str]) -> str | None:
     """The script of most letters in `texts`, None if they hold no letter."""
     counts = collections.Counter(script for text in texts for script in map(script_of, text) if script)
     return counts.most_common(1)[0][0] if counts else None
+
+
+def bound_to_script(data: bytes, script: str) -> bool:
+    """Can the bytes `data` occur only in text holding a letter of `script`?
+
+    True when `data` holds a whole letter of `script`, or ends with the first bytes of a UTF-8 character that can
+    only be a letter of `script` (byte-level BPE builds Cyrillic from such pieces: a space and the lead byte 0xD0,
+    which starts only Cyrillic letters).
+    """
+    if script in scripts_in(data.decode("utf-8", errors="ignore")):
+        return True
+    tail = _partial_tail(data)
+    return bool(tail) and _tail_scripts(tail) == {script}
+
+
+def _partial_tail(data: bytes) -> bytes:
+    """The last character's bytes when `data` ends before that character does, else b''."""
+    for start in range(len(data) - 1, max(len(data) - 4, -1), -1):
+        byte = data[start]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: a lead byte (or ASCII)
+            needed = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+            return data[start:] if len(data) - start < needed else b""
+    return b""
+
+
+@functools.lru_cache(maxsize=4096)
+def _tail_scripts(tail: bytes) -> frozenset[str] | None:
+    """The scripts of the letters a character beginning with `tail` can be (None when too many to list)."""
+    length = 2 if tail[0] >> 5 == 0b110 else 3 if tail[0] >> 4 == 0b1110 else 4
+    free = 6 * (length - len(tail))
+    value = tail[0] & (0x7F >> length)
+    for byte in tail[1:]:
+        value = (value << 6) | (byte & 0x3F)
+    low = value << free
+    if free > 12:
+        return None
+    return frozenset(filter(None, (script_of(chr(code)) for code in range(low, low + (1 << free))
+                                   if code < 0xD800 or code > 0xDFFF)))

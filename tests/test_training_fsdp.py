@@ -1,0 +1,71 @@
+"""Embedding-only CPT with the body sharded by FSDP2 (`fully_shard`), 2 CPU processes over gloo, in a subprocess.
+
+accelerate runs DDP instead of FSDP on machines without GPUs, so this goes through a plain loop over the library's
+functions (tests/scripts/fsdp_cpt.py) rather than the Trainer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import vocabshift
+from test_training_callback import blocks, extended
+from test_training_freeze import old_mask
+from vocabshift.training import freeze_for_embedding_training
+
+SCRIPT = Path(__file__).parent / "scripts" / "fsdp_cpt.py"
+STEPS, BATCH = 3, 4  # as in the script
+
+
+def one_process(model, batches) -> dict[str, torch.Tensor]:
+    """The same run on one process: each step takes the whole global batch."""
+    model.train()
+    with freeze_for_embedding_training(model, rows="new") as trainable:
+        optimizer = torch.optim.AdamW(trainable.parameters, lr=1e-2, weight_decay=0.1)
+        for step in range(STEPS):
+            ids = torch.stack([b["input_ids"] for b in batches[step * BATCH:(step + 1) * BATCH]])
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return model.state_dict()
+
+
+def test_fsdp2_trains_the_new_rows_as_one_process_does(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    models = {}
+    for architecture in ("llama-untied", "qwen2-tied"):
+        model, tokenizer = extended(architecture, tokenizers_en, tokenizers_ru)
+        model.save_pretrained(tmp_path / architecture)
+        torch.save(batches := blocks(tokenizer, ru_lines, count=STEPS * BATCH), tmp_path / architecture / "blocks.pt")
+        models[architecture] = (model, batches)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(tmp_path),
+               *(str(tmp_path / a) for a in models)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    for architecture, (model, batches) in models.items():
+        report = torch.load(tmp_path / f"{architecture}.pt")
+        assert report["world_size"] == 2 and report["sharded"] and report["body_sharded"]
+        before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        expected = one_process(model, batches)
+        sharded, folded = report["before_fold"], report["after_fold"]
+        assert list(folded) == list(sharded) == list(expected)  # plain keys: no trainable_rows
+        old = old_mask(model)
+        for name, value in folded.items():
+            assert torch.equal(value, sharded[name]), f"{name}: fold() and the state-dict hook disagree"
+            # Sums of gradients in another order; Adam's normalization lifts their rounding in rows with tiny
+            # gradients to a small fraction of one step (lr 1e-2).
+            torch.testing.assert_close(value, expected[name], rtol=1e-4, atol=1e-4)
+            if name.endswith(("embed_tokens.weight", "lm_head.weight")):
+                assert torch.equal(value[old], before[name][old]), f"old rows of {name} moved"
+                assert not torch.equal(value[~old], before[name][~old]), f"new rows of {name} did not train"
+            else:
+                assert torch.equal(value, before[name]), f"body parameter {name} moved"
+        new = folded["model.embed_tokens.weight"][~old].norm(dim=1).mean().item()
+        assert abs(report["norms_split"]["embed_new_row_norm"] - new) < 1e-5
+        assert vocabshift.get_record(model).new_ids  # the record came through save_pretrained
