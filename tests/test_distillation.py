@@ -50,7 +50,7 @@ def test_teacher_is_the_original_model(tokenizers_en, tokenizers_ru, ru_lines, m
     original, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru, mode)
     record = vocabshift.get_record(model)
     batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
-    teacher = Teacher(model, old_rows=record.old_num_rows, frozen_old_rows=mode == "extend")
+    teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=mode == "extend")
     got = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
     with torch.no_grad():
         want = original(input_ids=batch["teacher_input_ids"], attention_mask=batch["teacher_attention_mask"],

@@ -88,8 +88,9 @@ def distillation_loss(
     model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value."""
+    needs_logits = weights.chunk > 0 or weights.next_token > 0  # else the head runs on one position only
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                output_hidden_states=weights.hidden > 0)
+                output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
     parts: dict[str, torch.Tensor] = {}
     if weights.hidden:
         student = at_chunk_ends(out.hidden_states[weights.layer], batch["chunk_ends"])
@@ -115,7 +116,7 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     rows = ours[0].rows if ours else "all"
     if record.mode != "extend":
         return False
-    return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_num_rows
+    return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
 
 
 class DistillationTrainer(Trainer):
@@ -156,7 +157,7 @@ class DistillationTrainer(Trainer):
         record = get_record(model)
         frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
-        self.teacher = Teacher(model, old_rows=record.old_num_rows, frozen_old_rows=frozen, teacher_model=teacher_model)
+        self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen, teacher_model=teacher_model)
         collator = kwargs.pop("data_collator", None) or DistillationCollator(processing_class, teacher_tokenizer,
                                                                             max_length=max_length)
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,

@@ -235,8 +235,7 @@ class _Batches:
         collate = DistillationCollator(tokenizer, source, max_length=length)
         self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
                         for step in range(steps)]
-        self.teacher = Teacher(teacher_model, old_rows=teacher_model.get_input_embeddings().weight.shape[0],
-                               frozen_old_rows=True)
+        self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True)
         self._targets: dict[tuple[int, int], TeacherTargets] = {}
 
     def targets(self, step: int, weights: DistillationWeights) -> TeacherTargets:

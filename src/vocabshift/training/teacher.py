@@ -36,7 +36,8 @@ class Teacher:
     Args:
         model (`PreTrainedModel`): the student (its own module, not a DDP wrapper), before embedding-only training
             has split or changed any row.
-        old_rows (`int`): rows of the original embedding matrix (the teacher's logits are cut to them).
+        old_rows (`int`): tokens of the original vocabulary: the teacher's logits are over them (padding rows of the
+            original matrix, which no text ever produces, and new tokens placed there are left out).
         frozen_old_rows (`bool`): whether rows below `old_rows` stay fixed during training.
         teacher_model (*optional*): a separate original model; used as is when given.
 
@@ -59,18 +60,27 @@ class Teacher:
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, layer: int,
                  logits: bool) -> TeacherOutput:
-        if self.original is None:
-            model = self.teacher_model if self.teacher_model is not None else self.model
-            out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        """Hidden states at `layer` and, if asked, logits over the old vocabulary; the model's own head computes
+        logits for one position only (`logits_to_keep=1`): the teacher's come from its last hidden state."""
+        if self.teacher_model is not None:
+            out = self.teacher_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
             return TeacherOutput(out.hidden_states[layer], out.logits[..., : self.old_rows] if logits else None)
-        embeds = _lookup(self.model.get_input_embeddings(), self.original["input"], input_ids)
-        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, output_hidden_states=True)
+        inputs = {"input_ids": input_ids} if self.original is None else {
+            "inputs_embeds": _lookup(self.model.get_input_embeddings(), self.original["input"], input_ids)}
+        out = self.model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
         return TeacherOutput(out.hidden_states[layer], self._logits(out.hidden_states[-1]) if logits else None)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The original head on the last hidden state, with the model's final logit soft-capping (Gemma-2)."""
-        head = self.original["head"] if self.original["head"] is not None else self.original["input"]
-        scores = F.linear(hidden, head.to(hidden.dtype), self.original["bias"])
+        """The original head's rows of the old vocabulary on the last hidden state, with the model's final logit
+        soft-capping (Gemma-2)."""
+        if self.original is None:
+            head = self.model.get_output_embeddings()
+            weight, bias = head.weight, getattr(head, "bias", None)
+        else:
+            weight = self.original["head"] if self.original["head"] is not None else self.original["input"]
+            bias = self.original["bias"]
+        weight, bias = weight[: self.old_rows], None if bias is None else bias[: self.old_rows]
+        scores = F.linear(hidden, weight.to(hidden.dtype), None if bias is None else bias.to(hidden.dtype))
         cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
         return scores if not cap else torch.tanh(scores / cap) * cap
 
