@@ -124,3 +124,20 @@ def test_weights_are_checked():
         DistillationWeights(chunk=-1)
     with pytest.raises(InvalidArgumentError, match="layer='last' is invalid"):
         DistillationWeights(layer="last")
+
+
+def test_trainer_in_bf16_keeps_old_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    model = model.to(torch.bfloat16)
+    before = model.get_input_embeddings().weight.detach().clone()
+    new_ids = torch.tensor(vocabshift.get_record(model).new_ids)
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, bf16=True), train_dataset=ru_lines[:16],
+                                  processing_class=tokenizer, teacher_tokenizer=source, max_length=24,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    after = model.get_input_embeddings().weight
+    old = torch.ones(len(after), dtype=torch.bool)
+    old[new_ids] = False
+    assert after.dtype == torch.bfloat16 and torch.equal(after[old], before[old])
+    assert not torch.equal(after[new_ids], before[new_ids])
+    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in trainer.state.log_history if "loss" in e)
