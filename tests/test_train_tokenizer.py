@@ -36,6 +36,15 @@ def test_vocab_size_below_the_alphabet_is_refused(tokenizers_en, ru_lines, famil
         vocabshift.train_tokenizer(ru_lines[:50], like=tokenizers_en[family], vocab_size=size)
 
 
+def test_byte_level_training_keeps_characters_whole(tokenizers_en, ru_lines, ru_held):
+    """Digits are isolated on the text, not on byte-level characters: '²' stands for byte 0xB2 (the end of 'в')."""
+    new = vocabshift.train_tokenizer(ru_lines, like=tokenizers_en["bytelevel"], vocab_size=2000)
+    assert any("Ð²" in piece for piece in new.get_vocab())
+    assert vocabshift.tokens_per_word(new, ru_held) < 2.5 < vocabshift.tokens_per_word(tokenizers_en["bytelevel"],
+                                                                                       ru_held)
+    assert len(new("2024", add_special_tokens=False)["input_ids"]) == 4  # like the old one, digit by digit
+
+
 def test_bad_like_and_min_frequency(tokenizers_en, ru_lines, tmp_path):
     with pytest.raises(InvalidTokenizerError, match="like is a NoneType"):
         vocabshift.train_tokenizer(ru_lines[:50], like=None, vocab_size=1000)

@@ -113,7 +113,7 @@ def target_tokenizer(like: Any, language: str, *, vocab_size: int = 16000, held_
     from ..vocab.load import fingerprint
 
     # v2: train_tokenizer cuts SentencePiece-style words, isolates digits and holds byte-fallback pieces
-    key = hashlib.sha256(f"v2-{fingerprint(like)}-{language}-{vocab_size}-{held_out}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"v3-{fingerprint(like)}-{language}-{vocab_size}-{held_out}".encode()).hexdigest()[:16]
     folder = cache_dir() / f"tokenizer-{language}-{vocab_size}-{key}"
     if not (folder / "tokenizer.json").exists():
         train, _ = held_out_split(read_corpus(language), held_out)

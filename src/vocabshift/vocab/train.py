@@ -138,12 +138,13 @@ def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequenc
 
 
 def _training_pre_tokenizer(old: Any, family: str, like: Any) -> Any:
-    """`like`'s pre-tokenizer, plus a cut before each `▁` where it leaves words whole, plus digit isolation."""
-    parts = [] if old.pre_tokenizer is None else [old.pre_tokenizer]
+    """`like`'s pre-tokenizer, a cut before each `▁` where it leaves words whole, and digit isolation where `like`
+    spells numbers digit by digit (first, on the text itself: byte-level characters such as '²' stand for bytes)."""
+    parts = [] if _has_multi_digit_tokens(like) else [pre_tokenizers.Digits(individual_digits=True)]
+    if old.pre_tokenizer is not None:
+        parts.append(old.pre_tokenizer)
     if family == "sentencepiece" and not _splits_words(old):
         parts.append(pre_tokenizers.Split(SPIECE, behavior="merged_with_next"))
-    if not _has_multi_digit_tokens(like):
-        parts.append(pre_tokenizers.Digits(individual_digits=True))
     return pre_tokenizers.Sequence(parts) if parts else None
 
 
