@@ -98,3 +98,16 @@ def test_extend_a_model_of_the_family(family):
     with torch.no_grad():
         assert torch.equal(model(batch).logits[..., : before.shape[-1]], before)
     assert vocabshift.get_record(model).tokenizer_report["source_lines_changed"] == 0
+
+
+def test_same_script_target_on_llama3_is_measured_and_can_be_kept_exact():
+    """English tokens (LibreOffice help) added to Llama-3: the script filter cannot tell them from English."""
+    source = real("llama3")
+    new = vocabshift.train_tokenizer(read_lines("en", 3000), like=source, vocab_size=2000)
+    english = read_lines("en", 300, skip=3000)
+    report = vocabshift.merge_tokenizers(source, new, source_texts=english)[1]
+    assert report.tokens_added > 0 and report.source_lines_changed > 0
+    kept, report = vocabshift.merge_tokenizers(source, new, source_texts=english, keep_source_segmentation=True)
+    assert report.source_lines_changed == 0 and report.tokens_dropped_for_source > 0
+    assert kept(english, add_special_tokens=False)["input_ids"] == source(english, add_special_tokens=False)[
+        "input_ids"]
