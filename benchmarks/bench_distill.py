@@ -32,7 +32,7 @@ from vocabshift.training.evaluation import eval_mode
 from vocabshift.training.plots import plot_curves
 
 RESULTS = Path(__file__).parent / "results"
-OBJECTIVES = {"cross-entropy": DistillationWeights(hidden=0, chunk=0, next_token=1),
+OBJECTIVES = {"cross-entropy": DistillationWeights(next_piece=0, next_token=1),
               "distillation": DistillationWeights()}
 
 

@@ -2,7 +2,8 @@
 
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator, pack_texts
-from .distillation import DistillationTrainer, DistillationWeights, distillation_loss
+from .distill_objective import DistillationWeights, TeacherTargets, distillation_loss, first_pieces, teacher_targets
+from .distillation import DistillationTrainer
 from .evaluation import Evaluation, ModelScores, evaluate
 from .freeze import (
     embedding_parameters,
@@ -27,18 +28,21 @@ __all__ = [
     "ModelScores",
     "ProbeResult",
     "SecondStage",
+    "TeacherTargets",
     "TrainableRows",
     "bits_per_byte",
     "distillation_loss",
     "embedding_parameters",
     "evaluate",
     "freeze_body",
+    "first_pieces",
     "freeze_for_embedding_training",
     "pack_texts",
     "plot_curves",
     "probe",
     "record_cpt",
     "row_norms",
+    "teacher_targets",
     "token_nll",
     "trainable_row_ids",
 ]

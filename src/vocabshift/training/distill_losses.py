@@ -7,6 +7,9 @@ Three objectives over the chunks of `chunks.py` (chunk 0 is the shared first tok
 - `chunk_likelihood_loss`: the log probability the student gives each chunk (the sum over its tokens) against the
   teacher's. Trains the output rows (and the input rows through the context). Matching it makes the student's
   likelihood of the text, and so its bits per byte, the teacher's.
+- `next_piece_loss`: after each chunk, the teacher's distribution over its next (old) token against the student's
+  over its next token, each new token counted as the first old piece of its decomposition. Dense: every chunk end
+  tells every new row how much probability its group of continuations should get. Trains the output rows.
 - `next_token_loss`: plain cross-entropy of the student's next token, as in ordinary training.
 
 All are plain functions of model outputs and the collator's chunk maps, for custom training loops. Each is a mean
@@ -25,6 +28,7 @@ __all__ = [
     "chunk_likelihood_loss",
     "chunk_log_probs",
     "hidden_state_loss",
+    "next_piece_loss",
     "next_token_loss",
     "token_log_probs",
 ]
@@ -81,6 +85,24 @@ def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, chunk_mask: 
     student, teacher = student.float(), teacher.float()
     relative = (student - teacher).pow(2).sum(-1) / teacher.pow(2).sum(-1).clamp(min=1e-12)
     return _sequence_mean(relative, _scored(chunk_mask))
+
+
+def next_piece_loss(student_logits: torch.Tensor, teacher_logps: torch.Tensor, first_pieces: torch.Tensor,
+                    chunk_mask: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) of the next-token distributions after each chunk (`at_chunk_ends` of the logits).
+
+    Args:
+        student_logits (`(batch, chunks, new vocabulary)`), teacher_logps (`(batch, chunks, old vocabulary)`, log
+            probabilities).
+        first_pieces (`torch.Tensor`): for every student id, the old id its probability counts for (itself for an
+            old token, the first piece of its decomposition for a new one; the old vocabulary's size when none).
+    """
+    probs = student_logits.float().softmax(-1)
+    slots = first_pieces.to(probs.device).expand(*probs.shape[:2], -1)
+    grouped = probs.new_zeros(*probs.shape[:2], teacher_logps.shape[-1] + 1).scatter_add(2, slots, probs)
+    teacher = teacher_logps.float()
+    kl = (teacher.exp() * (teacher - grouped[..., :-1].clamp_min(1e-30).log())).sum(-1)
+    return _sequence_mean(kl, chunk_mask)
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,6 @@ original model on the old tokenization of the same text) over aligned chunks. Us
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -18,91 +17,10 @@ from ..errors import InvalidArgumentError, TrainingSetupError
 from ..record import CONFIG_KEY, get_record
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator
-from .distill_losses import (
-    at_chunk_ends,
-    chunk_likelihood_loss,
-    chunk_log_probs,
-    hidden_state_loss,
-    next_token_loss,
-    token_log_probs,
-)
+from .distill_objective import DistillationWeights, distillation_loss, first_pieces, teacher_targets
 from .teacher import Teacher
 
-__all__ = ["DistillationTrainer", "DistillationWeights", "TeacherTargets", "distillation_loss", "teacher_targets"]
-
-
-@dataclass(frozen=True)
-class DistillationWeights:
-    """Weights of the three objectives (see `distill_losses.py`) and the layer the hidden states come from.
-
-    Attributes:
-        hidden (`float`): hidden-state distance after each chunk (trains the input rows).
-        chunk (`float`): chunk log-likelihood matching (trains the output rows, and the input rows).
-        next_token (`float`): plain next-token cross-entropy of the student.
-        layer (`int`): index into `hidden_states` (-1: the last layer, after the final norm).
-    """
-
-    hidden: float = 1.0
-    chunk: float = 1.0
-    next_token: float = 0.0
-    layer: int = -1
-
-    def __post_init__(self) -> None:
-        for name in ("hidden", "chunk", "next_token"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a non-negative weight.")
-        if self.hidden == self.chunk == self.next_token == 0:
-            raise InvalidArgumentError("Every weight is 0: give at least one objective a positive weight.")
-        if isinstance(self.layer, bool) or not isinstance(self.layer, int):
-            raise InvalidArgumentError(f"layer={self.layer!r} is invalid: pass an index into hidden_states, e.g. -1.")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class TeacherTargets:
-    """What the student is compared with, per chunk: the teacher's hidden states after each chunk and its log
-    probability of each chunk (`None` when the weights do not use them). Small: a probe can keep them per batch."""
-
-    hidden: torch.Tensor | None
-    chunk_logps: torch.Tensor | None
-
-
-def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights) -> TeacherTargets:
-    """Run the teacher on the teacher side of a `DistillationCollator` batch (no gradients)."""
-    if not (weights.hidden or weights.chunk):
-        return TeacherTargets(None, None)
-    out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=weights.layer,
-                  logits=weights.chunk > 0)
-    hidden = at_chunk_ends(out.hidden, batch["teacher_chunk_ends"]) if weights.hidden else None
-    logps = None
-    if weights.chunk:
-        logps = chunk_log_probs(token_log_probs(out.logits, batch["teacher_input_ids"]), batch["teacher_chunk_ids"],
-                                batch["chunk_ends"].shape[1])
-    return TeacherTargets(hidden, logps)
-
-
-def distillation_loss(
-    model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value."""
-    needs_logits = weights.chunk > 0 or weights.next_token > 0  # else the head runs on one position only
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
-    parts: dict[str, torch.Tensor] = {}
-    if weights.hidden:
-        student = at_chunk_ends(out.hidden_states[weights.layer], batch["chunk_ends"])
-        parts["hidden"] = hidden_state_loss(student, targets.hidden, batch["chunk_mask"])
-    if weights.chunk:
-        logps = chunk_log_probs(token_log_probs(out.logits, batch["input_ids"]), batch["chunk_ids"],
-                                batch["chunk_ends"].shape[1])
-        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, batch["chunk_mask"])
-    if weights.next_token:
-        parts["next_token"] = next_token_loss(out.logits, batch["labels"])
-    loss = sum(getattr(weights, name) * value for name, value in parts.items())
-    return loss, {name: value.item() for name, value in parts.items()}
+__all__ = ["DistillationTrainer"]
 
 
 def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> bool:
@@ -163,6 +81,7 @@ class DistillationTrainer(Trainer):
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
+        self.first_pieces = first_pieces(record, model.get_input_embeddings().weight.shape[0], self.args.device)
         self._parts: dict[str, list[float]] = defaultdict(list)
 
     def _set_signature_columns_if_needed(self) -> None:
@@ -171,7 +90,7 @@ class DistillationTrainer(Trainer):
     def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
         loss, parts = distillation_loss(model, teacher_targets(self.teacher, inputs, self.weights), inputs,
-                                        self.weights)
+                                        self.weights, first_pieces=self.first_pieces)
         for name, value in parts.items():
             self._parts[name].append(value)
         if return_outputs:

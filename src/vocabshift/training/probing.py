@@ -21,10 +21,11 @@ from huggingface_hub.utils import tqdm
 from ..arguments import check_count, check_rate, check_texts
 from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
+from ..record import get_record
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
 from .distill_data import DistillationCollator, pack_texts
-from .distillation import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
+from .distill_objective import DistillationWeights, distillation_loss, first_pieces, teacher_targets
 from .teacher import Teacher
 from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
@@ -33,8 +34,7 @@ from .plots import plot_curves, require_matplotlib
 
 __all__ = ["ProbeResult", "probe"]
 
-_OBJECTIVES = {"next_token": DistillationWeights(hidden=0, chunk=0, next_token=1),
-               "distillation": DistillationWeights()}
+_OBJECTIVES = {"next_token": DistillationWeights(next_piece=0, next_token=1), "distillation": DistillationWeights()}
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,8 @@ def probe(
         methods (`Sequence[str]`): names from `vocabshift.list_methods()`.
         objectives (`Sequence`, defaults to `("next_token",)`): training objectives to compare, each on every
             method: `"next_token"` (plain cross-entropy), `"distillation"` (the `DistillationTrainer` default) or a
-            `DistillationWeights`. With several, curves are named `"<method> / <objective>"`. The teacher (the
-            model passed in) runs once per batch; every run reuses its outputs.
+            `DistillationWeights`. With several, curves are named `"<method> / <objective>"`. The teacher is the
+            model passed in.
         steps (`int`, defaults to 50) / eval_every (`int`, defaults to 10): training steps and scoring interval.
         mode (`str`, defaults to `"extend"`) / source_tokenizer: as for `extend_vocabulary`.
         method_options (`dict[str, dict]`, *optional*): options per method, e.g. `{"subword": {...}}`.
@@ -224,7 +224,7 @@ def _label(objective: Any) -> str:
 
 
 class _Batches:
-    """The probe's batches (the same for every run) and the teacher's outputs on them, computed once."""
+    """The probe's batches, the same for every run, and the teacher (the model passed in, which never changes)."""
 
     def __init__(self, teacher_model: Any, tokenizer: Any, source: Any, texts: Sequence[str], steps: int,
                  batch_size: int, length: int, seed: int) -> None:
@@ -236,18 +236,6 @@ class _Batches:
         self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
                         for step in range(steps)]
         self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True)
-        self._targets: dict[tuple[int, int], TeacherTargets] = {}
-
-    def targets(self, step: int, weights: DistillationWeights) -> TeacherTargets:
-        """The teacher's hidden states and chunk log probabilities (both, at `weights.layer`) for one batch."""
-        key = (step, weights.layer)
-        if key not in self._targets:
-            with eval_mode(self.teacher.model):
-                both = DistillationWeights(hidden=1, chunk=1, layer=weights.layer)
-                device = self.teacher.model.get_input_embeddings().weight.device
-                batch = {name: tensor.to(device) for name, tensor in self.batches[step].items()}
-                self._targets[key] = teacher_targets(self.teacher, batch, both)
-        return self._targets[key]
 
 
 def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeights, held_out: Sequence[str], *,
@@ -260,14 +248,16 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
     trainable = freeze_for_embedding_training(model, rows=rows)
     optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)
     device = trainable.parameters[0].device
+    pieces = first_pieces(get_record(model), model.get_input_embeddings().weight.shape[0], device)
     curve = [(0, score())]
     model.train()
     with trainable, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
-            targets = data.targets(step - 1, weights) if weights.hidden or weights.chunk else None
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
-            distillation_loss(model, targets, batch, weights)[0].backward()
+            with eval_mode(data.teacher.model):
+                targets = teacher_targets(data.teacher, batch, weights)
+            distillation_loss(model, targets, batch, weights, first_pieces=pieces)[0].backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == len(data.batches):

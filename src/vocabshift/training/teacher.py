@@ -24,9 +24,11 @@ __all__ = ["Teacher", "TeacherOutput"]
 
 @dataclass(frozen=True)
 class TeacherOutput:
-    """The teacher's hidden states at one layer and its logits over the old vocabulary (`None` if not asked)."""
+    """The teacher's hidden states at one layer, at the last layer (after the final norm), and its logits over the
+    old vocabulary at every position (`None` if not asked; `Teacher.logits` gives them for chosen positions)."""
 
     hidden: torch.Tensor
+    last_hidden: torch.Tensor
     logits: torch.Tensor | None
 
 
@@ -60,21 +62,21 @@ class Teacher:
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, layer: int,
                  logits: bool) -> TeacherOutput:
-        """Hidden states at `layer` and, if asked, logits over the old vocabulary; the model's own head computes
-        logits for one position only (`logits_to_keep=1`): the teacher's come from its last hidden state."""
-        if self.teacher_model is not None:
-            out = self.teacher_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-            return TeacherOutput(out.hidden_states[layer], out.logits[..., : self.old_rows] if logits else None)
+        """Hidden states at `layer` and at the last layer and, if asked, logits over the old vocabulary; the model's
+        own head runs on one position only (`logits_to_keep=1`): the teacher's logits come from `logits`."""
+        model = self.teacher_model if self.teacher_model is not None else self.model
         inputs = {"input_ids": input_ids} if self.original is None else {
             "inputs_embeds": _lookup(self.model.get_input_embeddings(), self.original["input"], input_ids)}
-        out = self.model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
-        return TeacherOutput(out.hidden_states[layer], self._logits(out.hidden_states[-1]) if logits else None)
+        out = model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
+        last = out.hidden_states[-1]
+        return TeacherOutput(out.hidden_states[layer], last, self.logits(last) if logits else None)
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The original head's rows of the old vocabulary on the last hidden state, with the model's final logit
-        soft-capping (Gemma-2)."""
+    @torch.no_grad()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The original head's rows of the old vocabulary on last-layer hidden states, with the model's final
+        logit soft-capping (Gemma-2)."""
         if self.original is None:
-            head = self.model.get_output_embeddings()
+            head = (self.teacher_model if self.teacher_model is not None else self.model).get_output_embeddings()
             weight, bias = head.weight, getattr(head, "bias", None)
         else:
             weight = self.original["head"] if self.original["head"] is not None else self.original["input"]
