@@ -170,7 +170,7 @@ def test_tokenizer_of_an_unsupported_family(setup, ru_lines):
     from tokenizers import trainers
 
     plain.train_from_iterator(ru_lines[:200], trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]))
-    _refused(model, errors.UnsupportedTokenizerError, "vocabshift handles byte-level BPE", 
+    _refused(model, errors.UnsupportedTokenizerError, "vocabshift handles byte-level BPE",
              PreTrainedTokenizerFast(tokenizer_object=plain), source_tokenizer=source)
 
 

@@ -22,7 +22,6 @@ from .errors import (
     MethodResultError,
     NoNewTokensError,
     TokenizerLoadError,
-    UnsupportedModelError,
 )
 from .methods import InitContext, InitResult
 from .record import CONFIG_KEY, ExtensionRecord, id_ranges, pack_ids

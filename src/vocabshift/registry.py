@@ -7,8 +7,9 @@ import os
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import Any, Literal, Union
 
 from .errors import InvalidArgumentError, MethodOptionError, UnknownMethodError
 

@@ -19,7 +19,7 @@ import torch
 from huggingface_hub.utils import tqdm
 from transformers import PreTrainedModel
 
-from ..errors import HelperModelError, MethodOptionError
+from ..errors import MethodOptionError
 from ..registry import register_method
 from ..vocab.forms import token_forms
 from ..wordvectors import WordVectors

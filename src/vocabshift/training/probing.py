@@ -25,11 +25,11 @@ from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
 from .distill_data import DistillationCollator, pack_texts
 from .distillation import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
-from .teacher import Teacher
 from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
+from .teacher import Teacher
 
 __all__ = ["ProbeResult", "probe"]
 

@@ -33,7 +33,6 @@ from .fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_ro
 __all__ = ["TrainableRows", "embedding_modules", "embedding_parameters", "split_rows"]
 
 
-
 def embedding_modules(model: Any) -> tuple[torch.nn.Module, torch.nn.Module | None]:
     """The input embedding module and the output head (None when the model has none with a weight).
 
