@@ -77,7 +77,7 @@ def _inputs(method: str, vectors: str):
     source = _tokenizer("old-en-de", ("en", "de"), OLD_ROWS)
     new = _tokenizer("new-ru-vi", ("ru", "vi"), NEW_VOCAB)
     target, _ = vocabshift.merge_tokenizers(source, new)
-    alignment = vocabshift.align(source, target, keep_source_ids=True)
+    alignment = vocabshift.align(source, target, keep_source_ids=True, new=new)
     generator = torch.Generator().manual_seed(0)
     matrix = (torch.randn(HIDDEN, generator=generator) * 0.7 + torch.randn(OLD_ROWS, HIDDEN, generator=generator) * 0.72)
     matrix /= HIDDEN**0.5
@@ -112,12 +112,13 @@ def child(method: str, vectors: str) -> dict:
     import ctypes
     import gc
 
+    from vocabshift.inputs import resolve_inputs
     from vocabshift.registry import build_config, get_method
 
     torch.set_num_threads(2)
     context, options = _inputs(method, vectors)
     spec = get_method(method)
-    config = build_config(spec, options)
+    config = resolve_inputs(build_config(spec, options), context.new_tokenizer)
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # give freed build-up memory (tokenizer training) back to the OS
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS

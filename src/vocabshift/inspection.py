@@ -20,7 +20,7 @@ import transformers
 from .arguments import check_path
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import check_weight_map, read_header, read_weight_map
-from .record import CONFIG_KEY, ExtensionRecord
+from .record import ExtensionRecord, find_record, has_record
 from .vocab.load import fingerprint, load_tokenizer
 
 __all__ = ["Inspection", "inspect_folder"]
@@ -81,11 +81,11 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
     folder = check_path(folder, name="folder")
     raw, config = _read_config(folder)
     report = Inspection(folder, None)
-    if not isinstance(raw.get(CONFIG_KEY), dict):
+    if not has_record(raw):
         report.notes.append("no vocabshift record in config.json: the folder was not written after extend_vocabulary")
     else:
         try:
-            report.record = ExtensionRecord.from_dict(raw[CONFIG_KEY])
+            report.record = find_record(raw)
         except RecordError as error:
             report.problems.append(str(error))
     rows, tied = _check_embeddings(report, folder, config)

@@ -11,9 +11,9 @@ from typing import Any
 
 from .. import __version__
 from ..arguments import check_path, check_token
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, RecordError, ShardError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError
 from ..headers import check_weight_map
-from ..record import CONFIG_KEY, ExtensionRecord
+from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
@@ -151,11 +151,8 @@ def _checked(models: dict[str, Model], record: ExtensionRecord) -> dict[str, Mod
 
 
 def _record(adapted: Model) -> ExtensionRecord:
-    raw = adapted.config.get(CONFIG_KEY)
-    if not isinstance(raw, dict):
-        raise RecordError(f"adapted={adapted.source.name!r} carries no vocabshift record (config.json has no "
-                          f"{CONFIG_KEY!r} key): pass the model saved after extend_vocabulary and CPT.")
-    return ExtensionRecord.from_dict(raw)
+    return require_record(adapted.config, what=f"adapted={adapted.source.name!r}",
+                          fix="pass the model saved after extend_vocabulary and CPT.")
 
 
 def _all_headers(instruct: Model) -> dict[str, Header]:

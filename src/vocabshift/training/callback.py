@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import CONFIG_KEY, get_record
+from ..record import new_ids_of
 from .backends import refuse_backend
 from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
 from .rows import split_rows
@@ -233,10 +233,9 @@ class _HeadRate:
 
 
 def _new_ids(model: Any) -> torch.Tensor | None:
-    if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        return None
+    ids = new_ids_of(model)
     device = embedding_parameters(model)[0].device
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
+    return None if ids is None else torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def _check_linear_in_lr(optimizer: Any) -> None:

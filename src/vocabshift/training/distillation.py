@@ -15,7 +15,7 @@ import torch
 from transformers import Trainer
 
 from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import CONFIG_KEY, get_record
+from ..record import get_record, note_objective
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator
 from .distill_losses import (
@@ -187,7 +187,5 @@ class DistillationTrainer(Trainer):
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """`Trainer.train`, then the objective (weights) is noted in the record's last CPT entry."""
         output = super().train(*args, **kwargs)
-        data = getattr(self.model.config, CONFIG_KEY, None)
-        if isinstance(data, dict) and data.get("cpt"):
-            data["cpt"][-1]["objective"] = {"name": "distillation", **self.weights.to_dict()}
+        note_objective(self.model, {"name": "distillation", **self.weights.to_dict()})
         return output

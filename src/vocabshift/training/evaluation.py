@@ -14,7 +14,7 @@ import torch
 from ..arguments import check_count, check_texts, is_int
 from ..embeddings import Embeddings, check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
-from ..record import CONFIG_KEY, get_record
+from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
 from .metrics import default_prefix, token_nll
@@ -91,8 +91,7 @@ class Evaluation:
         Raises:
             `RecordError`: if the model carries no record.
         """
-        get_record(model)
-        getattr(model.config, CONFIG_KEY).setdefault("evaluations", []).append(self.to_dict())
+        add_evaluation(model, self.to_dict())
 
 
 def evaluate(
@@ -170,7 +169,7 @@ def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefi
     that can take windows of `context_length` (`prefix`: "" or "original_", for the argument names)."""
     embeddings = check_causal_lm(model, argument=f"{prefix}model")
     tokenizer = load_tokenizer(tokenizer, argument=f"{prefix}tokenizer")
-    check_tokenizer(model, tokenizer, embeddings.rows, argument=f"{prefix}tokenizer")
+    check_tokenizer(model, tokenizer, embeddings.num_rows, argument=f"{prefix}tokenizer")
     default_prefix(tokenizer)
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     if is_int(positions) and context_length > positions:
@@ -198,9 +197,8 @@ def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options
 
 
 def _new_ids(model: Any, device: torch.device) -> torch.Tensor | None:
-    if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        return None
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
+    ids = new_ids_of(model)
+    return None if ids is None else torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def _mean(values: torch.Tensor) -> float | None:

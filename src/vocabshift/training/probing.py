@@ -19,9 +19,11 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from ..arguments import check_count, check_rate, check_texts
+from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..registry import build_config, get_method
+from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .distill_data import DistillationCollator, pack_texts
 from .distillation import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
@@ -235,7 +237,7 @@ class _Batches:
         collate = DistillationCollator(tokenizer, source, max_length=length)
         self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
                         for step in range(steps)]
-        self.teacher = Teacher(teacher_model, old_rows=teacher_model.get_input_embeddings().weight.shape[0],
+        self.teacher = Teacher(teacher_model, old_rows=find_embeddings(teacher_model).num_rows,
                                frozen_old_rows=True)
         self._targets: dict[tuple[int, int], TeacherTargets] = {}
 
@@ -245,7 +247,7 @@ class _Batches:
         if key not in self._targets:
             with eval_mode(self.teacher.model):
                 both = DistillationWeights(hidden=1, chunk=1, layer=weights.layer)
-                device = self.teacher.model.get_input_embeddings().weight.device
+                device = find_embeddings(self.teacher.model).input.weight.device
                 batch = {name: tensor.to(device) for name, tensor in self.batches[step].items()}
                 self._targets[key] = teacher_targets(self.teacher, batch, both)
         return self._targets[key]
@@ -284,8 +286,5 @@ def _write(result: ProbeResult, folder: Path) -> ProbeResult:
                        reference=("original model, own tokenizer", result.original_bits_per_byte),
                        title=f"Embedding-only CPT probe: {s['batch_size']}×{s['context_length']} tokens/step, "
                              f"lr {s['learning_rate']:g}")
-    table = folder / "probe.md"
-    partial = table.with_name(".probe.md.partial")
-    partial.write_text(result.to_markdown() + "\n", encoding="utf-8")
-    os.replace(partial, table)
+    table = atomic_write_text(folder / "probe.md", result.to_markdown() + "\n")
     return ProbeResult(result.curves, result.original_bits_per_byte, result.seconds, result.settings, table, plot)

@@ -27,36 +27,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .._typing import Model
+from ..embeddings import find_embeddings
 from ..errors import TrainingSetupError, UnsupportedModelError
 from .fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
-__all__ = ["TrainableRows", "embedding_modules", "embedding_parameters", "split_rows"]
+__all__ = ["TrainableRows", "embedding_parameters", "split_rows"]
 
 
-def embedding_modules(model: Any) -> tuple[torch.nn.Module, torch.nn.Module | None]:
-    """The input embedding module and the output head (None when the model has none with a weight).
-
-    Raises:
-        `UnsupportedModelError`: if the model has no input embedding matrix.
-    """
-    inputs = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    weight = getattr(inputs, "weight", None)
-    if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no input embedding matrix: pass a transformers model with token embeddings."
-        )
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return inputs, (head if getattr(head, "weight", None) is not None else None)
-
-
-def embedding_parameters(model: Any) -> list[torch.nn.Parameter]:
-    """The input embedding matrix and, when it is not tied to it, the output head's weight.
+def embedding_parameters(model: Model) -> list[torch.nn.Parameter]:
+    """The input embedding matrix and, when it is not tied to it, the output head's weight (`Embeddings.weights`).
 
     Raises:
         `UnsupportedModelError`: if the model has no input embedding matrix.
     """
-    inputs, head = embedding_modules(model)
-    return [inputs.weight] if head is None or head.weight is inputs.weight else [inputs.weight, head.weight]
+    return find_embeddings(model).weights
 
 
 class TrainableRows:
@@ -130,7 +115,8 @@ def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
     Raises:
         `UnsupportedModelError`: an embedding or head module vocabshift cannot compose rows for.
     """
-    inputs, head = embedding_modules(model)
+    embeddings = find_embeddings(model)
+    inputs, head = embeddings.input, embeddings.head
     if ids is None:
         for weight in embedding_parameters(model):
             weight.requires_grad_(True)

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..embeddings import original_embeddings, original_tensors
+from ..embeddings import find_embeddings, original_embeddings, original_tensors
 from ..errors import TrainingSetupError
+from ..record import find_record
 
 __all__ = ["Teacher", "TeacherOutput"]
 
@@ -49,8 +50,8 @@ class Teacher:
         self.original: dict[str, torch.Tensor | None] | None = None
         if teacher_model is not None:
             return
-        record = getattr(model.config, "vocabshift", None) or {}
-        if record.get("mode") == "replace":
+        record = find_record(model)
+        if record is not None and record.mode == "replace":
             self.original = _originals(model)
         elif not frozen_old_rows:  # old rows will train: copy them now, while they are the original ones
             self.original = {role: None if t is None else t[:old_rows].clone()
@@ -63,7 +64,7 @@ class Teacher:
             model = self.teacher_model if self.teacher_model is not None else self.model
             out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
             return TeacherOutput(out.hidden_states[layer], out.logits[..., : self.old_rows] if logits else None)
-        embeds = _lookup(self.model.get_input_embeddings(), self.original["input"], input_ids)
+        embeds = _lookup(find_embeddings(self.model).input, self.original["input"], input_ids)
         out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, output_hidden_states=True)
         return TeacherOutput(out.hidden_states[layer], self._logits(out.hidden_states[-1]) if logits else None)
 

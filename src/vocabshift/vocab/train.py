@@ -75,7 +75,7 @@ def _lines(texts: Any) -> list[str]:
         raise CorpusError(
             f"texts is a {type(texts).__name__} ({str(texts)[:60]!r}), not a collection of lines: train_tokenizer "
             "would learn the characters of that string. Pass the lines, e.g. "
-            "vocabshift.training.read_texts('corpus.txt') or open(path).read().splitlines()."
+            "vocabshift.corpus.read_texts('corpus.txt') or open(path).read().splitlines()."
         )
     if not isinstance(texts, Iterable):
         raise CorpusError(f"texts is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
