@@ -1,9 +1,9 @@
 """The model's embedding layout, found in one place: the input matrix, the head, tying, padding rows, a head bias.
 
 Every caller (extend, training, evaluation, distillation's teacher, a helper model, `inspect`, `propagate` on
-safetensors files) finds the embeddings here; nothing else calls `get_input_embeddings`. A head bias is supported
-everywhere (`HEAD_BIAS`): extend gives new tokens the mean bias, training leaves it frozen, propagation keeps the
-instruct model's bias for its tokens and gives new tokens its mean bias, as extend would have.
+safetensors files) finds the embeddings here; nothing else calls `get_input_embeddings`. A head bias (`bias`,
+`EmbeddingNames.bias`) is supported at every step, decided here: extend gives new tokens the mean bias, training
+leaves it frozen, propagation carries it like the rows (see `propagation.plan.propagated_bias`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from .record import find_record
 from .vocab.load import fingerprint
 
 __all__ = [
-    "HEAD_BIAS",
     "MAX_PADDING_ROWS",
     "EmbeddingNames",
     "Embeddings",
@@ -33,7 +32,6 @@ __all__ = [
     "remember_original",
 ]
 
-HEAD_BIAS = True  # a head bias is carried by extend, training and propagation alike (see the module docstring)
 # Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
 # tokenizer, whose ids would name rows of other tokens.
 MAX_PADDING_ROWS = 1024
@@ -147,8 +145,9 @@ class EmbeddingNames:
     tied: bool
 
     @property
-    def untied_head(self) -> list[str]:
-        return [] if self.tied else [name for name in self.head if name not in self.input]
+    def bias(self) -> list[str]:
+        """The names a head bias would have (`lm_head.weight` -> `lm_head.bias`)."""
+        return [name.removesuffix("weight") + "bias" for name in self.head if name.endswith("weight")]
 
 
 def embedding_names(config: Any) -> EmbeddingNames:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import transformers
 
 from .arguments import check_path
+from .embeddings import embedding_names
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import check_weight_map, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
@@ -139,17 +139,6 @@ def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:
     return {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}
 
 
-def _parameter_names(config: Any) -> tuple[list[str], list[str]]:
-    """Names of the input embedding and of the output head weights, from a model built on the meta device."""
-    architecture = (config.architectures or [None])[0]
-    model_class = getattr(transformers, architecture or "", None)
-    with torch.device("meta"):
-        model = model_class(config) if model_class else transformers.AutoModel.from_config(config)
-    inputs, head = model.get_input_embeddings().weight, getattr(model.get_output_embeddings(), "weight", None)
-    named = list(model.named_parameters(remove_duplicate=False))
-    return [n for n, p in named if p is inputs], [n for n, p in named if head is not None and p is head]
-
-
 def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
     """The shape of the first of `names` stored in the files (allowing for a base-model prefix on either side)."""
     for name in names:
@@ -161,8 +150,8 @@ def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
 
 def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[int | None, bool]:
     shapes = _saved_shapes(report, folder)
-    input_names, head_names = _parameter_names(config)
-    tied = bool(head_names) and bool(set(input_names) & set(head_names))
+    names = embedding_names(config)
+    input_names, head_names, tied = names.input, names.head, names.tied
     rows = (_stored(shapes, input_names) or [None])[0]
     if rows is None:
         report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the readable safetensors "

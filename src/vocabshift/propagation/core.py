@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import __version__
 from ..arguments import check_path, check_token
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import check_weight_map
 from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder
@@ -21,8 +25,8 @@ from .checks import Model, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
-from .plan import RowPlan, fit_pairs, propagated_blocks, row_plan
-from .shards import Header, Matrix, copy_shard, read_header, write_shard
+from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_plan
+from .shards import Blocks, Header, Matrix, copy_shard, read_header, read_vector, write_shard
 from .sources import find_layout, open_source
 
 __all__ = ["propagate"]
@@ -138,7 +142,8 @@ def _model(value: Any, role: str, revision: str | None, token: str | bool | None
                 raise ShardError(f"{key} is not in {header.path} although the index of {role}={source.name!r} says "
                                  "so: the folder is corrupted; save or download it again.")
             matrices[side] = Matrix(header, key)
-    return Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"))
+    bias = None if layout.bias is None else read_vector(headers[layout.weight_map[layout.bias]], layout.bias)
+    return Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"), bias)
 
 
 def _checked(models: dict[str, Model], record: ExtensionRecord) -> dict[str, Model]:
@@ -191,13 +196,30 @@ def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, r
 
 def _rewrite(header: Header, target: Path, models: dict[str, Model], plan: RowPlan, fits: dict[str, Fit]) -> int:
     instruct = models["instruct"]
-    replaced = {}
+    replaced: dict[str, tuple[tuple[int, ...], torch.dtype, Blocks]] = {}
     for key, side in instruct.layout.sides.items():
         if key in header.tensors:
             matrices = [getattr(models[role], side) for role in ("adapted", "base", "instruct")]
-            blocks = lambda side=side, matrices=matrices: propagated_blocks(plan, fits[side], *matrices, side=side)
+            blocks = functools.partial(propagated_blocks, plan, fits[side], *matrices, side=side)
             replaced[key] = ((plan.rows, instruct.input.hidden), getattr(instruct, side).dtype, blocks)
+    bias = instruct.layout.bias
+    if bias is not None and bias in header.tensors and instruct.bias is not None:
+        replaced[bias] = ((plan.rows,), instruct.bias.dtype, functools.partial(_bias_blocks, models, plan))
     return write_shard(target, header, replaced)
+
+
+def _bias_blocks(models: dict[str, Model], plan: RowPlan) -> Iterator[torch.Tensor]:
+    """The output's head bias, as one block (see `propagated_bias`).
+
+    Raises:
+        `SiblingMismatchError`: instruct has a head bias but adapted or base has none.
+    """
+    biases = [models[role].bias for role in ("adapted", "base", "instruct")]
+    if any(bias is None for bias in biases):
+        raise SiblingMismatchError("instruct has a head bias but adapted or base has none: pass the models of one "
+                                   "architecture.")
+    adapted, base, instruct = (bias for bias in biases if bias is not None)
+    yield propagated_bias(plan, adapted, base, instruct, len(models["base"].tokenizer))
 
 
 def _entry(models: dict[str, Model], method: str, fits: dict[str, Fit], plan: RowPlan,

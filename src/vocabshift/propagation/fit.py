@@ -125,8 +125,7 @@ def _squared_norm(rows: torch.Tensor) -> float:
 
 
 def _step(hidden: int) -> int:
-    """Rows per block: about 128 MB in float64 (larger blocks multiply faster: 8,192 rows 1.25x 2,048 at hidden
-    2048)."""
+    """Rows per block: about 128 MB in float64 (larger blocks multiply faster)."""
     return max(1, _BLOCK_BYTES // (8 * hidden))
 
 

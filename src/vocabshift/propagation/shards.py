@@ -22,7 +22,7 @@ import torch
 from ..errors import UnsupportedModelError
 from ..headers import ITEM_BITS, Header, TensorInfo, corrupted, read_header
 
-__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "same_bytes", "write_shard"]
+__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "read_vector", "same_bytes", "write_shard"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,22 @@ class Matrix:
     def read(self, start: int, stop: int, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `[start, stop)` in the stored dtype (`buffer` as for `gather`)."""
         return self.gather(torch.arange(start, stop), buffer=buffer)
+
+
+def read_vector(header: Header, key: str) -> torch.Tensor:
+    """A 1-D floating-point tensor of a shard (a head bias: one value per row), read whole.
+
+    Raises:
+        `UnsupportedModelError`: it is not a 1-D float tensor.
+    """
+    info = header.tensors[key]
+    if info.dtype not in FLOAT_DTYPES or len(info.shape) != 1:
+        raise UnsupportedModelError(f"{key} in {header.path} is a {info.dtype} tensor of shape {info.shape}: "
+                                    "vocabshift propagates a 1-D float head bias only.")
+    buffer = torch.empty(info.end - info.begin, dtype=torch.uint8)
+    with open(header.path, "rb", buffering=0) as handle:
+        _pread_into(handle.fileno(), memoryview(buffer.numpy()), info.begin, header.path)
+    return buffer.view(FLOAT_DTYPES[info.dtype])
 
 
 Blocks = Callable[[], Iterator[torch.Tensor]]
