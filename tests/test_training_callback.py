@@ -316,4 +316,4 @@ def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path,
         callback = vocabshift.EmbeddingOnlyCallback(rows="all")
     callback.on_init_end(args, None, None, model=model)
     assert len([p for p in model.parameters() if p.requires_grad]) == 2
-    callback._state["rows"].fold()
+    callback._run.rows.fold()
