@@ -45,15 +45,18 @@ class Embeddings:
     """The model's embedding modules: input, untied output head (or None), any head (tied or not).
 
     Attributes:
-        input (`nn.Module`): the input embeddings (`weight` of shape `(num_rows, hidden)`).
-        output (`nn.Module | None`): the output head when it is untied, else None.
-        head (`nn.Module | None`): the output head, tied or not; None for an encoder without one.
+        input (`nn.Embedding`): the input embeddings (`weight` of shape `(num_rows, hidden)`).
+        output (`nn.Linear | None`): the output head when it is untied, else None.
+        head (`nn.Linear | None`): the output head, tied or not; None for an encoder without one.
         num_rows (`int`): rows of the input matrix (padding rows included).
+
+    The modules are typed as the classes nearly every model uses; any module with a 2-D `weight` is accepted (and
+    `training.rows` refuses, for split rows, what is not a plain `nn.Embedding` / `nn.Linear`).
     """
 
-    input: torch.nn.Module
-    output: torch.nn.Module | None
-    head: torch.nn.Module | None
+    input: torch.nn.Embedding
+    output: torch.nn.Linear | None
+    head: torch.nn.Linear | None
     num_rows: int
 
     @property
@@ -63,7 +66,8 @@ class Embeddings:
     @property
     def weights(self) -> list[torch.nn.Parameter]:
         """The matrices: the input embeddings and, when untied, the head's weight."""
-        return [self.input.weight] + ([] if self.output is None else [self.output.weight])
+        weights = [self.input.weight] + ([] if self.output is None else [self.output.weight])
+        return [w for w in weights if isinstance(w, torch.nn.Parameter)]
 
     @property
     def bias(self) -> torch.Tensor | None:

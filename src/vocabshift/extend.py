@@ -195,7 +195,7 @@ def _check_result(result: Any, context: InitContext, method: str) -> None:
     if not isinstance(result, InitResult):
         raise MethodResultError(f"Method {method!r} returned {type(result).__name__}, not an InitResult.")
     shape = (context.num_new, context.source_input.shape[1])
-    checked = [("input_rows", result.input_rows)]
+    checked: list[tuple[str, torch.Tensor | None]] = [("input_rows", result.input_rows)]
     if context.source_output is not None:
         checked.append(("output_rows", result.output_rows))
     for name, rows in checked:

@@ -152,12 +152,13 @@ def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[in
     shapes = _saved_shapes(report, folder)
     names = embedding_names(config)
     input_names, head_names, tied = names.input, names.head, names.tied
-    rows = (_stored(shapes, input_names) or [None])[0]
-    if rows is None:
+    shape = _stored(shapes, input_names)
+    if shape is None:
         report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the readable safetensors "
                                "files")
         return None, tied
-    report.facts.append(("embedding rows", f"{rows:,} x {_stored(shapes, input_names)[1]:,}"))
+    rows = shape[0]
+    report.facts.append(("embedding rows", f"{rows:,} x {shape[1]:,}"))
     head = None if tied or not head_names else _stored(shapes, [n for n in head_names if n not in input_names])
     report.facts.append(("output head", "tied to the input embeddings" if tied else
                          "none" if not head_names else f"untied, {head[0]:,} rows" if head else "untied, MISSING"))

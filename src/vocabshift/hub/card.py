@@ -105,8 +105,9 @@ def _source(folder_or_model: Any) -> tuple[dict[str, Any], Path | None, str]:
 def _default_base(record: ExtensionRecord) -> str | list[str] | None:
     last = record.propagation[-1] if record.propagation else {}
     parents = [hub_id(last.get(key)) for key in ("instruct", "adapted")]
-    if all(parents):
-        return parents
+    found = [parent for parent in parents if parent is not None]
+    if len(found) == len(parents):
+        return found
     return hub_id(record.source_model)
 
 

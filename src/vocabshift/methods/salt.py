@@ -168,9 +168,9 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
 
 def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
     """Consecutive ranges of tokens (sorted by support size) whose padded anchor block stays bounded."""
-    chunks, start, sizes = [], 0, sizes.tolist()
-    for stop in range(1, len(sizes) + 1):
-        if stop == len(sizes) or (stop + 1 - start) * sizes[stop] * hidden > _CHUNK_ELEMENTS:
+    chunks, start, counts = [], 0, sizes.tolist()
+    for stop in range(1, len(counts) + 1):
+        if stop == len(counts) or (stop + 1 - start) * counts[stop] * hidden > _CHUNK_ELEMENTS:
             chunks.append((start, stop))
             start = stop
     return chunks

@@ -179,13 +179,13 @@ def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, r
                   for name in layout.shards if name not in layout.embedding_shards]
         models = _checked(models, record)
         pairs = fit_pairs(method, record, models["base"].tokenizer)
-        fits = {side: pool.submit(fit_map, method, getattr(models["base"], side), getattr(models["instruct"], side),
-                                  pairs, side=side)
-                for side in ("input", "output") if getattr(models["instruct"], side) is not None}
+        pending = {side: pool.submit(fit_map, method, getattr(models["base"], side),
+                                     getattr(models["instruct"], side), pairs, side=side)
+                   for side in ("input", "output") if getattr(models["instruct"], side) is not None}
         tokenizer = replacement_tokenizer(models["instruct"].tokenizer, models["adapted"].tokenizer)
         plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer)
-        fits = {side: fit.result() for side, fit in fits.items()}
-        change = sum(_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards)
+        fits = {side: fit.result() for side, fit in pending.items()}
+        change = sum([_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards])
         for copy in copies:
             copy.result()
     finally:

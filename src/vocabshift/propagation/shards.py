@@ -74,7 +74,7 @@ class Matrix:
         breaks = np.flatnonzero(np.diff(values) != 1) + 1
         size = len(values) * self.row_bytes
         buffer = torch.empty(size, dtype=torch.uint8) if buffer is None else buffer[:size]  # not zero-filled
-        view = memoryview(buffer.numpy())
+        view = buffer.numpy().data
         with open(self.path, "rb", buffering=0) as handle:
             for first, last in zip([0, *breaks], [*breaks, len(values)]):
                 _pread_into(handle.fileno(), view[first * self.row_bytes : last * self.row_bytes],
@@ -99,7 +99,7 @@ def read_vector(header: Header, key: str) -> torch.Tensor:
                                     "vocabshift propagates a 1-D float head bias only.")
     buffer = torch.empty(info.end - info.begin, dtype=torch.uint8)
     with open(header.path, "rb", buffering=0) as handle:
-        _pread_into(handle.fileno(), memoryview(buffer.numpy()), info.begin, header.path)
+        _pread_into(handle.fileno(), buffer.numpy().data, info.begin, header.path)
     return buffer.view(FLOAT_DTYPES[info.dtype])
 
 
@@ -180,7 +180,7 @@ def write_shard(target: Path, header: Header, replaced: dict[str, tuple[tuple[in
 
 def _write_block(out: int, block: torch.Tensor) -> int:
     data = block.contiguous().view(torch.uint8).numpy()
-    _write_all(out, memoryview(data))
+    _write_all(out, data.data)
     return data.nbytes
 
 

@@ -272,6 +272,7 @@ class _HeadRate:
 
     @torch.no_grad()
     def apply(self) -> None:
+        assert self._before is not None, "save() runs before each optimizer step"
         self.head.copy_(self._before + (self.head - self._before) * self.ratio)
 
 

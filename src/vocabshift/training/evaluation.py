@@ -172,7 +172,7 @@ def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefi
     check_tokenizer(model, tokenizer, embeddings.num_rows, argument=f"{prefix}tokenizer")
     default_prefix(tokenizer)
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if is_int(positions) and context_length > positions:
+    if isinstance(positions, int) and is_int(positions) and context_length > positions:
         raise InvalidArgumentError(f"context_length={context_length} is longer than the {positions} positions of "
                                    f"{prefix}model ({type(model).__name__}): pass at most {positions}.")
     return tokenizer
@@ -188,7 +188,7 @@ def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options
         label=label,
         tokens_per_word=tokens_per_word(tokenizer, texts),
         bits_per_byte=nll.double().sum().item() / math.log(2) / num_bytes,
-        loss=_mean(nll),
+        loss=nll.double().mean().item(),  # texts are checked to hold text: there is a token
         loss_new_tokens=None if is_new is None else _mean(nll[is_new]),
         loss_old_tokens=None if is_new is None else _mean(nll[~is_new]),
         new_token_share=None if is_new is None else is_new.double().mean().item(),

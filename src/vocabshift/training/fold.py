@@ -90,7 +90,7 @@ def split_state(model: torch.nn.Module, state_dict: dict, prefix: str, *args: An
 
 
 @torch.no_grad()
-def row_norms_of(module: torch.nn.Module) -> torch.Tensor:
+def row_norms_of(module: torch.nn.Embedding | torch.nn.Linear) -> torch.Tensor:
     """L2 norm (float32) of every row of an embedding module's matrix, its trainable rows included."""
     norms = full(torch.linalg.vector_norm(module.weight.detach(), dim=1, dtype=torch.float32))
     rows = getattr(module, ROWS, None)

@@ -139,7 +139,7 @@ def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
     return TrainableRows(model, ids, groups, handles)
 
 
-def _check_modules(inputs: torch.nn.Module, head: torch.nn.Module | None) -> None:
+def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> None:
     if not isinstance(inputs, torch.nn.Embedding) or inputs.max_norm is not None or inputs.sparse \
             or inputs.scale_grad_by_freq:
         raise UnsupportedModelError(
@@ -160,7 +160,7 @@ def _check_modules(inputs: torch.nn.Module, head: torch.nn.Module | None) -> Non
             )
 
 
-def _new_rows(weight: torch.nn.Parameter, ids: torch.Tensor) -> torch.nn.Parameter:
+def _new_rows(weight: torch.Tensor, ids: torch.Tensor) -> torch.nn.Parameter:
     """The rows `ids` of `weight` as a new parameter (float32 for half-precision weights); `weight` frozen, those
     rows zeroed."""
     with torch.no_grad():
@@ -170,7 +170,7 @@ def _new_rows(weight: torch.nn.Parameter, ids: torch.Tensor) -> torch.nn.Paramet
     return rows
 
 
-def _register(module: torch.nn.Module, ids: torch.Tensor, rows: torch.nn.Parameter) -> None:
+def _register(module: torch.nn.Embedding | torch.nn.Linear, ids: torch.Tensor, rows: torch.nn.Parameter) -> None:
     slots = torch.full((module.weight.shape[0],), -1, dtype=torch.long, device=ids.device)
     slots[ids] = torch.arange(len(ids), device=ids.device)
     module.register_parameter(ROWS, rows)
@@ -184,7 +184,7 @@ def _unregister(module: torch.nn.Module) -> None:
             delattr(module, name)
 
 
-def _install_lookup(module: torch.nn.Module, ids: torch.Tensor) -> Any:
+def _install_lookup(module: torch.nn.Embedding, ids: torch.Tensor) -> Any:
     _register(module, ids, _new_rows(module.weight, ids))
     pad = module.padding_idx
     padding_slot = int(getattr(module, SLOTS)[pad]) if pad is not None else -1
@@ -192,7 +192,7 @@ def _install_lookup(module: torch.nn.Module, ids: torch.Tensor) -> Any:
     return module.register_forward_hook(hook, with_kwargs=True)
 
 
-def _lookup_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor, *,
+def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict[str, Any], output: torch.Tensor, *,
                  padding_slot: int | None) -> torch.Tensor:
     """Replace the looked-up rows of trainable ids (zero in the frozen matrix) by the trainable rows."""
     ids = args[0] if args else next(iter(kwargs.values()))
@@ -215,12 +215,12 @@ class _Override:
         self.module.__dict__.pop("forward", None)
 
 
-def _install_head(module: torch.nn.Module, start: int | None) -> _Override:
-    module.forward = functools.partial(_head_forward, module, start=start)
+def _install_head(module: torch.nn.Linear, start: int | None) -> _Override:
+    module.forward = functools.partial(_head_forward, module, start=start)  # type: ignore[method-assign]
     return _Override(module)
 
 
-def _head_forward(module: torch.nn.Module, hidden: torch.Tensor, *, start: int | None) -> torch.Tensor:
+def _head_forward(module: torch.nn.Linear, hidden: torch.Tensor, *, start: int | None) -> torch.Tensor:
     """The head's logits with the trainable rows in their columns, without a merged matrix.
 
     For a range of ids (the usual new rows) the frozen matrix's rows before and after the range and the trainable

@@ -72,9 +72,10 @@ class Segmenter:
             pieces = self._backend.model.tokenize("".join(alphabet[b] for b in raw))
             return [piece.id for piece in pieces]
         if self.family == "sentencepiece" and self._byte_fallback:
-            ids = [self._backend.token_to_id(native_string(TokenForm(bytes([b]), fallback=True), "sentencepiece"))
-                   for b in raw]
-            return [] if None in ids else ids
+            found = [self._backend.token_to_id(native_string(TokenForm(bytes([b]), fallback=True), "sentencepiece")
+                                               or "") for b in raw]
+            ids = [i for i in found if i is not None]
+            return ids if len(ids) == len(found) else []
         return []
 
     def _wordpiece_continuation(self, text: str) -> list[int]:

@@ -125,9 +125,9 @@ def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequenc
     if kind == "WordPiece":
         prefix = old.get("continuing_subword_prefix") or "##"
         unk = old.get("unk_token") or "[UNK]"
-        trainer = trainers.WordPieceTrainer(vocab_size=size, min_frequency=min_frequency, special_tokens=[unk],
-                                            continuing_subword_prefix=prefix, show_progress=False)
-        return models.WordPiece(unk_token=unk, continuing_subword_prefix=prefix), trainer
+        pieces = trainers.WordPieceTrainer(vocab_size=size, min_frequency=min_frequency, special_tokens=[unk],
+                                           continuing_subword_prefix=prefix, show_progress=False)
+        return models.WordPiece(unk_token=unk, continuing_subword_prefix=prefix), pieces
     if kind == "Unigram":
         return models.Unigram(), trainers.UnigramTrainer(vocab_size=size, special_tokens=[], unk_token=None,
                                                          show_progress=False)
