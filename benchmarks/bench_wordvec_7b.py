@@ -79,7 +79,8 @@ def _inputs(method: str, vectors: str):
     target, _ = vocabshift.merge_tokenizers(source, new)
     alignment = vocabshift.align(source, target, keep_source_ids=True, new=new)
     generator = torch.Generator().manual_seed(0)
-    matrix = (torch.randn(HIDDEN, generator=generator) * 0.7 + torch.randn(OLD_ROWS, HIDDEN, generator=generator) * 0.72)
+    matrix = (torch.randn(HIDDEN, generator=generator) * 0.7
+              + torch.randn(OLD_ROWS, HIDDEN, generator=generator) * 0.72)
     matrix /= HIDDEN**0.5
     options = {}
     if method in ("focus", "salt"):
@@ -165,10 +166,12 @@ def main() -> None:
         "Peak RSS is the whole process's during the method call: Python, torch, both tokenizers, the old matrix, the",
         "word vectors, the helper matrix and the new rows included; 'start' is the RSS when the call begins.",
         "",
-        f"'old' is the {matrix_bytes / 2**20:.0f} MiB matrix before the call, 'extended' the {extended / 2**20:.0f} MiB "
+        f"'old' is the {matrix_bytes / 2**20:.0f} MiB matrix before the call, 'extended' the "
+        f"{extended / 2**20:.0f} MiB "
         "matrix it must produce (old + new rows).",
         "",
-        "| method | seconds | vs subword | start RSS (MiB) | peak RSS (MiB) | peak / old matrix | peak / extended matrix "
+        "| method | seconds | vs subword | start RSS (MiB) | peak RSS (MiB) | peak / old matrix "
+        "| peak / extended matrix "
         "| under 60 s | under 3x old | under 3x extended |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
 QWEN2_SPLIT = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 
@@ -174,8 +175,10 @@ def _random_head_bias(model: torch.nn.Module) -> torch.nn.Module:
 
 ARCHITECTURES = {
     # name: (family of its tokenizer, builder(vocab_size) -> model)
-    "llama-untied": ("sentencepiece", lambda v: LlamaForCausalLM(LlamaConfig(vocab_size=v, tie_word_embeddings=False, **SMALL))),
-    "qwen2-tied": ("bytelevel", lambda v: Qwen2ForCausalLM(Qwen2Config(vocab_size=v, tie_word_embeddings=True, **SMALL))),
+    "llama-untied": ("sentencepiece", lambda v: LlamaForCausalLM(LlamaConfig(
+        vocab_size=v, tie_word_embeddings=False, **SMALL))),
+    "qwen2-tied": ("bytelevel", lambda v: Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=v, tie_word_embeddings=True, **SMALL))),
     "gpt2-tied": ("bytelevel", lambda v: GPT2LMHeadModel(GPT2Config(vocab_size=v, n_embd=64, n_layer=2, n_head=4))),
     "bert-encoder": ("wordpiece", lambda v: BertModel(BertConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2,
                                                                  num_attention_heads=4, intermediate_size=128))),

@@ -67,7 +67,8 @@ def test_source_tokenizer_other_than_the_one_of_the_last_extension(setup):
 
 def test_unknown_method(setup):
     model, source, new = setup
-    _refused(model, errors.UnknownMethodError, "Unknown method 'fokus'. Available: focus, hyperofa, mean, multivariate, ofa, random",
+    _refused(model, errors.UnknownMethodError,
+             "Unknown method 'fokus'. Available: focus, hyperofa, mean, multivariate, ofa, random",
              new, method="fokus", source_tokenizer=source)
 
 

@@ -134,7 +134,8 @@ def train_hypernetwork(word_vectors: torch.Tensor, sets: list[torch.Tensor], tar
         model.to(device)
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=_LEARNING_RATE)
         best, best_state, since, epoch = float("inf"), None, 0, 0
-        for epoch in tqdm(range(1, max_epochs + 1), desc="HyperOFA: training hypernetwork", leave=False):
+        epochs = tqdm(range(1, max_epochs + 1), desc="HyperOFA: training hypernetwork", leave=False)
+        for epoch in epochs:  # noqa: B007 (the last epoch run is reported after the loop)
             model.train()
             train_sets = [sets[i] for i in training]
             for batch in _batches(train_sets, generator):

@@ -43,7 +43,8 @@ def _local_rows(weight: Any) -> tuple[torch.Tensor, int]:
     mesh, local = weight.device_mesh, weight.to_local()
     chunk = -(-weight.shape[0] // mesh.size())
     start = min(mesh.get_local_rank() * chunk, weight.shape[0])
-    if mesh.ndim != 1 or tuple(weight.placements) != (Shard(0),) or local.shape[0] != min(chunk, weight.shape[0] - start):
+    expected = min(chunk, weight.shape[0] - start)
+    if mesh.ndim != 1 or tuple(weight.placements) != (Shard(0),) or local.shape[0] != expected:
         raise UnsupportedModelError(
             f"The embedding matrix is a DTensor with placements {tuple(weight.placements)} on a {mesh.ndim}-D mesh: "
             "vocabshift folds rows into row-sharded matrices (fully_shard on a 1-D mesh) only."

@@ -44,7 +44,8 @@ def token_nll(
     losses = []
     for start in tqdm(range(0, len(windows), batch_size), desc="Scoring held-out text", leave=False):
         losses.extend(_window_nll(model, windows[start : start + batch_size], device))
-    return torch.tensor(ids, dtype=torch.long, device="cpu"), torch.cat(losses) if losses else torch.zeros(0, device="cpu")
+    nll = torch.cat(losses) if losses else torch.zeros(0, device="cpu")
+    return torch.tensor(ids, dtype=torch.long, device="cpu"), nll
 
 
 def bits_per_byte(

@@ -147,7 +147,8 @@ def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> 
             "an nn.Embedding): vocabshift composes trainable rows only for plain nn.Embedding lookups. Train every "
             "row (rows='all') instead."
         )
-    if head is not None and (not isinstance(head, torch.nn.Linear) or type(head).forward is not torch.nn.Linear.forward):
+    plain = isinstance(head, torch.nn.Linear) and type(head).forward is torch.nn.Linear.forward
+    if head is not None and not plain:
         raise UnsupportedModelError(
             f"The output head is a {type(head).__name__}, not a plain nn.Linear: vocabshift composes trainable rows "
             "only for linear heads. Train every row (rows='all') instead."

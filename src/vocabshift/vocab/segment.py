@@ -21,7 +21,8 @@ __all__ = ["Segmenter"]
 def _without_prefixes(node: Any) -> Any:
     """A normalizer/pre-tokenizer tree with prefix-space insertion switched off and `Prepend` normalizers dropped."""
     if isinstance(node, list):
-        return [_without_prefixes(item) for item in node if not (isinstance(item, dict) and item.get("type") == "Prepend")]
+        return [_without_prefixes(item) for item in node
+                if not (isinstance(item, dict) and item.get("type") == "Prepend")]
     if not isinstance(node, dict):
         return node
     node = {key: _without_prefixes(value) for key, value in node.items()}
