@@ -3,8 +3,6 @@
 `import vocabshift` registers `PreTrainedModel.extend_vocabulary`.
 """
 
-__version__ = "0.1.0.dev0"
-
 import functools
 from typing import Any
 
@@ -12,6 +10,7 @@ from transformers import PreTrainedModel
 
 from . import methods
 from ._typing import Tokenizer, TokenizerLike
+from ._version import __version__
 from .errors import VocabShiftError
 from .extend import extend_vocabulary
 from .hub import model_card, push_to_hub

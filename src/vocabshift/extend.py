@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from . import __version__
 from ._typing import Model, Tokenizer, TokenizerLike
+from ._version import __version__
 from .arguments import check_choice, check_count, check_flag
 from .assemble import assemble_weights, row_count
 from .corpus import source_lines

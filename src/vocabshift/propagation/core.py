@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__
+from .._version import __version__
 from ..arguments import check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import check_weight_map
