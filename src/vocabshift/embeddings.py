@@ -80,7 +80,7 @@ class Embeddings:
         return max(0, self.num_rows - vocab_size)
 
 
-def _modules(model: Any) -> tuple[Any, Any]:
+def _modules(model: Model) -> tuple[Any, Any]:
     """`get_input_embeddings()` and `get_output_embeddings()` (None where the model has none with a weight)."""
     try:
         inputs = model.get_input_embeddings()
@@ -90,7 +90,7 @@ def _modules(model: Any) -> tuple[Any, Any]:
     return inputs, (head if isinstance(getattr(head, "weight", None), torch.Tensor) else None)
 
 
-def input_matrix(model: Any) -> torch.Tensor | None:
+def input_matrix(model: Model) -> torch.Tensor | None:
     """The input embedding matrix of a model (2-D, floating point), or None if it has none."""
     weight = getattr(_modules(model)[0], "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
@@ -122,7 +122,7 @@ def find_embeddings(model: Model) -> Embeddings:
     return Embeddings(inputs, untied, head, weight.shape[0])
 
 
-def _check_materialized(model: Any, weights: dict[str, torch.Tensor | None]) -> None:
+def _check_materialized(model: Model, weights: dict[str, torch.Tensor | None]) -> None:
     """Refuse weights on the meta device: building new rows needs the old ones' values, and without this check the
     failure would come late, from deep inside the resize."""
     for what, weight in weights.items():

@@ -16,6 +16,7 @@ from typing import Any
 
 import transformers
 
+from ._typing import Tokenizer
 from .arguments import check_path
 from .embeddings import embedding_names
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
@@ -170,7 +171,7 @@ def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[in
     return rows, tied
 
 
-def _check_sizes(report: Inspection, config: Any, tokenizer: Any, rows: int | None, tied: bool) -> None:
+def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None, tied: bool) -> None:
     vocab_size = config.get_text_config().vocab_size
     report.facts.append(("tokenizer", f"{len(tokenizer):,} tokens ({type(tokenizer).__name__})"))
     if rows is not None and vocab_size != rows:
@@ -195,7 +196,7 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Any, rows: int | No
                                    f"seed {record.seed}, from {record.source_model or '(unnamed model)'}"))
 
 
-def _check_special_ids(report: Inspection, config: Any, tokenizer: Any, rows: int | None) -> None:
+def _check_special_ids(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None) -> None:
     specials = {token: tokenizer.convert_tokens_to_ids(token) for token in tokenizer.all_special_tokens}
     report.facts.append(("special tokens", ", ".join(f"{t}={i}" for t, i in specials.items()) or "none"))
     limit = rows if rows is not None else len(tokenizer)
@@ -215,7 +216,7 @@ def _check_special_ids(report: Inspection, config: Any, tokenizer: Any, rows: in
                                 f"{tokenizer.convert_tokens_to_ids(token)}")
 
 
-def _check_round_trip(report: Inspection, tokenizer: Any) -> None:
+def _check_round_trip(report: Inspection, tokenizer: Tokenizer) -> None:
     """Decoding then re-encoding must give the same ids; the texts of new tokens must give back some new tokens."""
     new_ids = report.record.new_ids[:: max(1, len(report.record.new_ids) // 20)][:20] if report.record else []
     texts = list(SAMPLES) + [tokenizer.decode([i]) for i in new_ids]

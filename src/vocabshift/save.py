@@ -18,8 +18,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from ._typing import Model, Tokenizer
 from .arguments import check_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError
 
@@ -78,7 +78,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-def save_pretrained_atomic(model: Any, tokenizer: Any, folder: str | os.PathLike, *,
+def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.PathLike, *,
                            max_shard_size: int | str | None = None) -> Path:
     """`model.save_pretrained` + `tokenizer.save_pretrained` into `folder`, atomically.
 

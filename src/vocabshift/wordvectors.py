@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
+from ._typing import Tokenizer
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
@@ -193,7 +194,8 @@ def train_word_vectors(
     return load_word_vectors(path)
 
 
-def _train(corpus: Any, tokenizer: Any, settings: dict[str, Any], meta: dict[str, Any], path: Path) -> None:
+def _train(corpus: Any, tokenizer: Tokenizer | None, settings: dict[str, Any], meta: dict[str, Any], path: Path
+           ) -> None:
     """Write the (tokenized) corpus to a temporary file, train, then move model and metadata into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".train-") as folder:
@@ -217,7 +219,7 @@ def _train(corpus: Any, tokenizer: Any, settings: dict[str, Any], meta: dict[str
         os.replace(model, path)
 
 
-def _write_training_text(corpus: Any, tokenizer: Any, text: Path, count: int) -> None:
+def _write_training_text(corpus: Any, tokenizer: Tokenizer | None, text: Path, count: int) -> None:
     backend = tokenizer.backend_tokenizer if tokenizer is not None else None
     desc = "Tokenizing corpus for fastText" if backend else "Writing corpus for fastText"
     with text.open("w", encoding="utf-8") as out, tqdm(total=count, desc=desc, leave=False) as bar:

@@ -300,7 +300,7 @@ _PREBUILT = (
 )
 
 
-def _check_optimizer(optimizer: Any, model: Any, trainable: list[torch.nn.Parameter]) -> None:
+def _check_optimizer(optimizer: Any, model: Model, trainable: list[torch.nn.Parameter]) -> None:
     """The optimizer holds exactly the parameters that train (the Trainer builds it over those that require grad)."""
     if optimizer is None:
         return

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
+from .._typing import Tokenizer
 from ..errors import InvalidArgumentError
 
 __all__ = ["pack_blocks"]
 
 
-def pack_blocks(tokenizer: Any, texts: Sequence[str], length: int) -> torch.Tensor:
+def pack_blocks(tokenizer: Tokenizer, texts: Sequence[str], length: int) -> torch.Tensor:
     """`(blocks, length)` token ids on the CPU: the texts tokenized, joined by eos, cut into whole blocks (the rest
     dropped).
 

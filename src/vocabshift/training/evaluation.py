@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .._typing import Model, Tokenizer
 from ..arguments import check_count, check_texts, is_int
 from ..embeddings import Embeddings, check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
@@ -85,7 +86,7 @@ class Evaluation:
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 
-    def add_to_record(self, model: Any) -> None:
+    def add_to_record(self, model: Model) -> None:
         """Append this evaluation to the model's ExtensionRecord (`record.evaluations`, saved in config.json).
 
         Raises:
@@ -95,11 +96,11 @@ class Evaluation:
 
 
 def evaluate(
-    model: Any,
-    tokenizer: Any,
+    model: Model,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
-    original_model: Any = None,
+    original_model: Model | None = None,
     original_tokenizer: Any = None,
     context_length: int = 512,
     batch_size: int = 4,
@@ -148,7 +149,7 @@ def evaluate(
     return Evaluation(scores, len(texts), len("\n".join(texts).encode("utf-8")))
 
 
-def check_causal_lm(model: Any, *, argument: str) -> Embeddings:
+def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
     """`model`'s embeddings, once it is known to be a loaded model with an LM head (what held-out scoring needs).
 
     Raises:
@@ -164,7 +165,7 @@ def check_causal_lm(model: Any, *, argument: str) -> Embeddings:
     return embeddings
 
 
-def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefix: str) -> Any:
+def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, *, prefix: str) -> Any:
     """The tokenizer as a fast tokenizer, once it is known to fit the model and the model to be a loaded causal LM
     that can take windows of `context_length` (`prefix`: "" or "original_", for the argument names)."""
     embeddings = check_causal_lm(model, argument=f"{prefix}model")
@@ -178,7 +179,8 @@ def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefi
     return tokenizer
 
 
-def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options: dict[str, Any]) -> ModelScores:
+def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str], options: dict[str, Any]
+           ) -> ModelScores:
     with eval_mode(model):
         ids, nll = token_nll(model, tokenizer, texts, **options)
     num_bytes = len("\n".join(texts).encode("utf-8"))
@@ -196,7 +198,7 @@ def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options
     )
 
 
-def _new_ids(model: Any, device: torch.device) -> torch.Tensor | None:
+def _new_ids(model: Model, device: torch.device) -> torch.Tensor | None:
     ids = new_ids_of(model)
     return None if ids is None else torch.tensor(ids, dtype=torch.long, device=device)
 
@@ -210,7 +212,7 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 @contextlib.contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: Model) -> Iterator[None]:
     """Score without dropout, then give the model back in the mode it was in."""
     training = model.training
     model.eval()

@@ -41,7 +41,7 @@ __all__ = [
 ROW_CHOICES = ("new", "all")
 
 
-def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[torch.nn.Parameter]:
+def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[torch.nn.Parameter]:
     """Set `requires_grad=False` on every parameter except the embedding matrices (and `keep`).
 
     Call it before building the optimizer: optimizers (and the Trainer) only take parameters that require grad.
@@ -56,7 +56,7 @@ def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[
     return embeddings
 
 
-def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | None:
+def trainable_row_ids(model: Model, rows: str | Sequence[int]) -> torch.Tensor | None:
     """The embedding rows to train: `"all"` -> None (every row), `"new"` -> the record's new ids, or given ids.
 
     Ids come sorted, unique, on the embeddings' device.
@@ -82,7 +82,7 @@ def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | N
     return ids
 
 
-def _record_new_ids(model: Any, num_rows: int, device: torch.device) -> torch.Tensor:
+def _record_new_ids(model: Model, num_rows: int, device: torch.device) -> torch.Tensor:
     try:
         record = get_record(model)
     except RecordError as error:
@@ -97,7 +97,7 @@ def _record_new_ids(model: Any, num_rows: int, device: torch.device) -> torch.Te
     return ids
 
 
-def freeze_for_embedding_training(model: Any, *, rows: str | Sequence[int] = "new") -> TrainableRows:
+def freeze_for_embedding_training(model: Model, *, rows: str | Sequence[int] = "new") -> TrainableRows:
     """Freeze everything but the embeddings, and split the rows that train into their own parameters.
 
     Args:
@@ -124,7 +124,7 @@ def freeze_for_embedding_training(model: Any, *, rows: str | Sequence[int] = "ne
     return split_rows(model, ids)
 
 
-def row_norms(model: Any, new_ids: torch.Tensor | None) -> dict[str, float]:
+def row_norms(model: Model, new_ids: torch.Tensor | None) -> dict[str, float]:
     """Mean L2 norm of the new rows and of the other rows, for the input embeddings and an untied head.
 
     With `new_ids=None` (no record), the mean norm of all rows. Rows split off for training count with their

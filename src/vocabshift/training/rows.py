@@ -57,7 +57,7 @@ class TrainableRows:
         is_split (`bool`): True until `fold()`.
     """
 
-    def __init__(self, model: Any, ids: torch.Tensor | None, groups: list[list[str]], handles: list[Any]) -> None:
+    def __init__(self, model: Model, ids: torch.Tensor | None, groups: list[list[str]], handles: list[Any]) -> None:
         self.model, self.ids = model, ids
         self._groups, self._handles = groups, handles
 
@@ -101,7 +101,7 @@ class TrainableRows:
         self.fold()
 
 
-def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
+def split_rows(model: Model, ids: torch.Tensor | None) -> TrainableRows:
     """Move the rows `ids` of the embedding matrices into their own trainable parameters; freeze the matrices.
 
     Args:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from .._typing import Tokenizer as FastTokenizer
 from .forms import TokenForm, backend_state, byte_alphabet, detect_family, native_string
 
 __all__ = ["Segmenter"]
@@ -38,7 +39,7 @@ def _without_prefixes(node: Any) -> Any:
 class Segmenter:
     """Segments token forms with a (source) tokenizer, the way that tokenizer would cut their text in context."""
 
-    def __init__(self, tokenizer: Any, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, tokenizer: FastTokenizer, state: dict[str, Any] | None = None) -> None:
         state = state or backend_state(tokenizer)
         self.family = detect_family(state)
         state = {
