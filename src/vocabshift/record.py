@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from .errors import RecordError
 
@@ -223,10 +224,10 @@ def get_record(model: Any) -> ExtensionRecord:
                           fix="call model.extend_vocabulary(...) first, or load a model saved after it.")
 
 
-def new_ids_of(source: Any) -> list[int] | None:
-    """The ids `extend_vocabulary` initialized, or None for a model without a record."""
+def new_ids_of(source: Any, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """The ids `extend_vocabulary` initialized (a sorted int64 tensor on `device`), None without a record."""
     record = find_record(source)
-    return None if record is None else record.new_ids
+    return None if record is None else torch.tensor(record.new_ids, dtype=torch.long, device=device)
 
 
 def set_record(model: Any, record: ExtensionRecord) -> None:

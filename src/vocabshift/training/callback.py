@@ -159,7 +159,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if self.head_learning_rate is not None:
             _check_linear_in_lr(optimizer)
             run.head = _HeadRate(run.rows.parameters[1], self.head_learning_rate / args.learning_rate)
-        run.new_ids = _new_ids(model)
+        run.new_ids = new_ids_of(model, embedding_parameters(model)[0].device)
         run.began = True
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -274,12 +274,6 @@ class _HeadRate:
     def apply(self) -> None:
         assert self._before is not None, "save() runs before each optimizer step"
         self.head.copy_(self._before + (self.head - self._before) * self.ratio)
-
-
-def _new_ids(model: Model) -> torch.Tensor | None:
-    ids = new_ids_of(model)
-    device = embedding_parameters(model)[0].device
-    return None if ids is None else torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def _check_linear_in_lr(optimizer: Any) -> None:

@@ -184,7 +184,7 @@ def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str],
     with eval_mode(model):
         ids, nll = token_nll(model, tokenizer, texts, **options)
     num_bytes = len("\n".join(texts).encode("utf-8"))
-    new_ids = _new_ids(model, ids.device)
+    new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
         label=label,
@@ -196,11 +196,6 @@ def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str],
         new_token_share=None if is_new is None else is_new.double().mean().item(),
         num_tokens=len(ids),
     )
-
-
-def _new_ids(model: Model, device: torch.device) -> torch.Tensor | None:
-    ids = new_ids_of(model)
-    return None if ids is None else torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def _mean(values: torch.Tensor) -> float | None:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .._typing import Model
+from ..arguments import check_count
 from ..errors import InvalidArgumentError
 
 __all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_lora"]
@@ -40,8 +41,7 @@ class SecondStage:
     lora: Any = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.after_step, int) or isinstance(self.after_step, bool) or self.after_step < 0:
-            raise InvalidArgumentError(f"after_step={self.after_step!r} is invalid: pass a non-negative int.")
+        check_count(self.after_step, name="after_step", minimum=0, accepted="a non-negative int")
         from peft import LoraConfig
 
         if self.lora is not None and not isinstance(self.lora, LoraConfig):

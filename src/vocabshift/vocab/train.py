@@ -18,6 +18,7 @@ from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from ..arguments import check_count
 from ..errors import CorpusError, InvalidArgumentError
 from .forms import SPIECE, backend_state, detect_family
 from .load import load_tokenizer
@@ -116,8 +117,7 @@ def _check_size(vocab_size: Any, alphabet: int, min_frequency: Any) -> None:
             f"byte-fallback pieces, unk) takes {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 "
             "to 32,000)."
         )
-    if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or min_frequency < 1:
-        raise InvalidArgumentError(f"min_frequency={min_frequency!r} is invalid: pass a positive int (default 2).")
+    check_count(min_frequency, name="min_frequency", accepted="a positive int (default 2)")
 
 
 def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequency: int) -> tuple[Any, Any]:
