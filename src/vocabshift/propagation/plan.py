@@ -62,12 +62,12 @@ def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, 
     return RowPlan(old_of, copy_of)
 
 
-def fit_pairs(method: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPairs:
+def fit_pairs(kind: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPairs:
     """The pairs W is fitted on: shared ordinary tokens (added and special ones left out), plus for `conversion`
     the decompositions of the new tokens."""
     added, size = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder()), len(base_tokenizer)
     single = sorted({old for _, old in record.shared_pairs() if old not in added and old < size})
-    groups = [ids for ids in record.decomposition_lists() if ids] if method == "conversion" else []
+    groups = [ids for ids in record.decomposition_lists() if ids] if kind == "conversion" else []
     return FitPairs(torch.tensor(single, dtype=torch.long), groups)
 
 
