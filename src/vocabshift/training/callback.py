@@ -20,6 +20,7 @@ from ..errors import InvalidArgumentError, TrainingSetupError
 from ..record import new_ids_of
 from .backends import refuse_backend
 from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
+from .optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from .rows import TrainableRows, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
@@ -125,14 +126,14 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 "input embeddings (or absent): drop head_learning_rate."
             )
         if optimizer is not None and ids is not None:
-            raise TrainingSetupError(_PREBUILT.format(rows=self.rows))
+            raise TrainingSetupError(PREBUILT.format(rows=self.rows))
         stage = self.second_stage
         tuner = inject_lora(model, stage.lora, seed=args.seed) if stage is not None and stage.lora else None
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
         self._model = model
         self._run = _Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner)
-        _check_optimizer(optimizer, model, self._trainable())
+        check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
 
@@ -152,13 +153,13 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 "This Trainer has trained once and EmbeddingOnlyCallback folded its rows back when training ended: "
                 "build a new Trainer (with a new callback) to train again."
             )
-        _check_optimizer(optimizer, model, self._trainable())
+        check_optimizer(optimizer, model, self._trainable())
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
         self._maybe_open_gate(state)
         run.head = None
         if self.head_learning_rate is not None:
-            _check_linear_in_lr(optimizer)
-            run.head = _HeadRate(run.rows.parameters[1], self.head_learning_rate / args.learning_rate)
+            check_linear_in_lr(optimizer)
+            run.head = HeadRate(run.rows.parameters[1], self.head_learning_rate / args.learning_rate)
         run.new_ids = new_ids_of(model, embedding_parameters(model)[0].device)
         run.began = True
 
@@ -254,62 +255,7 @@ class _Run:
     body: list[torch.nn.Parameter]
     tuner: Any
     gate: BodyGate | None = None
-    head: _HeadRate | None = None
+    head: HeadRate | None = None
     new_ids: torch.Tensor | None = None
     logs: dict[str, float] = field(default_factory=dict)
     began: bool = False
-
-
-class _HeadRate:
-    """Gives the untied head's trainable rows their own learning rate by scaling each step's update by `ratio`."""
-
-    def __init__(self, head: torch.nn.Parameter, ratio: float) -> None:
-        self.head, self.ratio = head, ratio
-        self._before: torch.Tensor | None = None
-
-    def save(self) -> None:
-        self._before = self.head.detach().clone()
-
-    @torch.no_grad()
-    def apply(self) -> None:
-        assert self._before is not None, "save() runs before each optimizer step"
-        self.head.copy_(self._before + (self.head - self._before) * self.ratio)
-
-
-def _check_linear_in_lr(optimizer: Any) -> None:
-    """head_learning_rate scales the head's update: exact only where the update is proportional to the rate."""
-    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
-    if not isinstance(inner, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)):
-        raise TrainingSetupError(
-            f"head_learning_rate works with SGD, Adam and AdamW (updates proportional to the learning rate), not "
-            f"{type(inner).__name__}: use optim='adamw_torch' (or 'sgd'), or drop head_learning_rate."
-        )
-
-
-_PREBUILT = (
-    "The Trainer was given an optimizer (optimizers=...), but EmbeddingOnlyCallback(rows={rows!r}) trains rows that "
-    "it splits off into new parameters when the Trainer is built, which an optimizer built before cannot hold. Drop "
-    "optimizers=... and choose the optimizer with TrainingArguments(optim=...) or "
-    "Trainer(optimizer_cls_and_kwargs=(cls, kwargs))."
-)
-
-
-def _check_optimizer(optimizer: Any, model: Model, trainable: list[torch.nn.Parameter]) -> None:
-    """The optimizer holds exactly the parameters that train (the Trainer builds it over those that require grad)."""
-    if optimizer is None:
-        return
-    names = {id(p): name for name, p in model.named_parameters()}
-    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    stray = [i for i in held if i not in {id(p) for p in trainable}]
-    if stray:
-        raise TrainingSetupError(
-            f"The Trainer's optimizer holds {len(stray)} parameters that embedding-only training freezes (e.g. "
-            f"{names.get(stray[0], 'an unnamed one')!r}): it was built before EmbeddingOnlyCallback could "
-            "freeze the body. Let the Trainer build it (drop optimizers=...)."
-        )
-    missing = [p for p in trainable if id(p) not in held]
-    if missing:
-        raise TrainingSetupError(
-            f"The Trainer's optimizer does not hold {names.get(id(missing[0]), 'a parameter')!r}, which "
-            "EmbeddingOnlyCallback trains: let the Trainer build the optimizer (drop optimizers=...)."
-        )
