@@ -15,7 +15,7 @@ PACKAGE = ROOT / "src" / "vocabshift"
 # Stages in the order data flows; a module of a stage may import its own stage and the ones before it.
 STAGES = [
     ("vocabshift._version", "vocabshift._typing", "vocabshift.errors", "vocabshift.arguments", "vocabshift.corpus",
-     "vocabshift.headers", "vocabshift.save", "vocabshift.record", "vocabshift.registry"),
+     "vocabshift.headers", "vocabshift.save", "vocabshift.packing", "vocabshift.record", "vocabshift.registry"),
     ("vocabshift.vocab",),
     ("vocabshift.wordvectors", "vocabshift.embeddings"),
     ("vocabshift.methods",),

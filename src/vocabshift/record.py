@@ -9,13 +9,10 @@ stays readable.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 import dataclasses
 import json
-import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +20,7 @@ import numpy as np
 import torch
 
 from .errors import RecordError
+from .packing import id_ranges, pack_ids, unpack_ids
 
 __all__ = [
     "CONFIG_KEY",
@@ -52,35 +50,6 @@ CONFIG_KEY = "vocabshift"
 OUTPUT_PLACEHOLDER = "OUTPUT_DIR"
 # Keys of records written by earlier versions -> their name now.
 _RENAMED = {"target_tokenizer_sha256": "new_tokenizer_sha256"}
-
-
-def pack_ids(ids: Iterable[int]) -> str:
-    """Pack a list of ints into a short ASCII string."""
-    return base64.b64encode(zlib.compress(np.asarray(list(ids), dtype="<i4").tobytes(), 9)).decode("ascii")
-
-
-def unpack_ids(packed: str) -> list[int]:
-    """Inverse of `pack_ids`.
-
-    Raises:
-        `RecordError`: `packed` was not written by `pack_ids` (a hand-edited or truncated record).
-    """
-    try:
-        return np.frombuffer(zlib.decompress(base64.b64decode(packed, validate=True)), dtype="<i4").tolist()
-    except (binascii.Error, zlib.error, ValueError, TypeError) as error:
-        raise RecordError(f"A packed id list of the vocabshift record is corrupted ({type(error).__name__}: "
-                          f"{error}): the record is damaged; re-run extend_vocabulary.") from None
-
-
-def id_ranges(ids: Sequence[int]) -> list[list[int]]:
-    """Sorted ids as `[start, stop)` ranges: `[3, 4, 5, 9]` -> `[[3, 6], [9, 10]]`."""
-    ranges: list[list[int]] = []
-    for i in ids:
-        if ranges and ranges[-1][1] == i:
-            ranges[-1][1] = i + 1
-        else:
-            ranges.append([i, i + 1])
-    return ranges
 
 
 @dataclass
