@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 import torch
-from masked_rows import MaskedRows
-from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import vocabshift
+from masked_rows import MaskedRows
+from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokenizer
 from vocabshift.training import freeze_for_embedding_training
 
 RESULTS = Path(__file__).parent / "results"

@@ -73,7 +73,8 @@ def _timed_method(name: str):
 
 
 def _ours(mode: str, source, new, vectors) -> tuple:
-    """One `extend_vocabulary(method="focus")` on a fresh SmolLM2: (model, tokenizer, seconds end to end, FOCUS step)."""
+    """One `extend_vocabulary(method="focus")` on a fresh SmolLM2: (model, tokenizer, seconds end to end, FOCUS
+    step)."""
     model = AutoModelForCausalLM.from_pretrained(common.SMOLLM2).eval()
     gc.collect()  # each timed call (ours and deepfocus's) starts without garbage of the previous ones
     started = time.perf_counter()

@@ -14,6 +14,7 @@ Writes benchmarks/results/gemma_extend.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def main() -> None:
     ru_held = held_out_split(read_corpus("ru"), HELD_OUT)[1]
 
     model = AutoModelForCausalLM.from_pretrained(gemma3(), dtype=torch.float32)
-    extended, ours = timed(lambda: model.extend_vocabulary(russian, method=options.method, source_tokenizer=source))
+    extend = functools.partial(model.extend_vocabulary, russian, method=options.method, source_tokenizer=source)
+    extended, ours = timed(extend)
     added = extended.convert_ids_to_tokens(vocabshift.get_record(model).new_ids)
     texts = [extended.convert_tokens_to_string([token]) for token in added]
     del model

@@ -174,11 +174,13 @@ def report(figures: dict, options, load_before: str, seconds: float) -> str:
         bpb = "not measured | " if scores["bpb"] is None else (
             f"{scores['bpb']:.4f} | {scores['bpb'] / adapted['bpb'] - 1:+.1%}")
         rows.append(f"| {label} | {bpb} | "
-                    f"{scores['accuracy']:.1f} | {scores['accuracy'] - sibling['accuracy']:+.1f} | {residual} | {within} |")
+                    f"{scores['accuracy']:.1f} | {scores['accuracy'] - sibling['accuracy']:+.1f} | {residual} | "
+                    f"{within} |")
     return "\n".join([
         "# LEP on SmolLM2-135M-Instruct + Russian",
         "",
-        f"Sibling: LoRA r=16 on the (tied) embeddings and all attention and MLP projections, {options.lora_steps} steps × {options.batch_size} "
+        f"Sibling: LoRA r=16 on the (tied) embeddings and all attention and MLP projections, "
+        f"{options.lora_steps} steps × {options.batch_size} "
         f"prompts, lr {options.lora_lr}, merged (last loss {sibling['loss']:.3f}, {sibling['seconds']:.0f} s). "
         "Task: reverse the order of three English words (held-out words, "
         f"{options.task_prompts} prompts, answer tokens right under teacher forcing).",

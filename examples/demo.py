@@ -25,13 +25,13 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
+from vocabshift.save import atomic_folder
 from vocabshift.testing import LoopbackHub
 from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
 from vocabshift.training import pack_texts
 from vocabshift.training.data import pack_blocks
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
-from vocabshift.save import atomic_folder
 
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
 

@@ -17,6 +17,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    PhiConfig,
+    PhiForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -28,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FAMILIES = ("bytelevel", "sentencepiece", "unigram", "wordpiece")
 QWEN2_SPLIT = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 
@@ -161,13 +164,26 @@ def realistic_embeddings_(model: torch.nn.Module, seed: int = 0) -> None:
 
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
+
+def _random_head_bias(model: torch.nn.Module) -> torch.nn.Module:
+    """The head bias drawn (transformers initializes it to zeros, which would hide a bias handled as absent)."""
+    with torch.no_grad():
+        model.get_output_embeddings().bias.normal_(0.0, 0.1)
+    return model
+
+
 ARCHITECTURES = {
     # name: (family of its tokenizer, builder(vocab_size) -> model)
-    "llama-untied": ("sentencepiece", lambda v: LlamaForCausalLM(LlamaConfig(vocab_size=v, tie_word_embeddings=False, **SMALL))),
-    "qwen2-tied": ("bytelevel", lambda v: Qwen2ForCausalLM(Qwen2Config(vocab_size=v, tie_word_embeddings=True, **SMALL))),
+    "llama-untied": ("sentencepiece", lambda v: LlamaForCausalLM(LlamaConfig(
+        vocab_size=v, tie_word_embeddings=False, **SMALL))),
+    "qwen2-tied": ("bytelevel", lambda v: Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=v, tie_word_embeddings=True, **SMALL))),
     "gpt2-tied": ("bytelevel", lambda v: GPT2LMHeadModel(GPT2Config(vocab_size=v, n_embd=64, n_layer=2, n_head=4))),
     "bert-encoder": ("wordpiece", lambda v: BertModel(BertConfig(vocab_size=v, hidden_size=64, num_hidden_layers=2,
                                                                  num_attention_heads=4, intermediate_size=128))),
+    "phi-untied-bias": ("bytelevel", lambda v: _random_head_bias(PhiForCausalLM(PhiConfig(
+        vocab_size=v, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)))),
     "gemma3-tied": ("sentencepiece", lambda v: Gemma3ForCausalLM(Gemma3TextConfig(
         vocab_size=v, head_dim=16, sliding_window=16, **SMALL))),
 }

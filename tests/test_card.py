@@ -13,7 +13,7 @@ from huggingface_hub import HfApi, ModelCard
 
 import vocabshift
 from vocabshift.errors import ModelFolderError, RecordError
-from vocabshift.record import ExtensionRecord, pack_ids
+from vocabshift.record import ExtensionRecord, extend_command, pack_ids
 from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -29,12 +29,13 @@ language:
 
 
 def make_record(**changes) -> ExtensionRecord:
-    """A deterministic record: 40 old tokens, 24 new ones (ids 40-63) with short decompositions."""
+    """A deterministic record: 40 old tokens, 24 new ones (ids 40-63) with short decompositions, made by a call
+    from Python (its command as extend_vocabulary stores it)."""
     fields = dict(
         method="subword", mode="extend", seed=0, source_model="base-model", source_revision=None,
         old_vocab_size=40, old_num_rows=40, new_vocab_size=64, new_num_rows=64, tied=True,
         new_token_ranges=[[40, 64]], special_tokens={"<|endoftext|>": 0},
-        source_tokenizer_sha256="a" * 64, target_tokenizer_sha256="b" * 64, tokenizer_sha256="c" * 64,
+        source_tokenizer_sha256="a" * 64, new_tokenizer_sha256="b" * 64, tokenizer_sha256="c" * 64,
         decompositions={"lengths": pack_ids([2] * 24), "ids": pack_ids([i % 40 for i in range(48)])},
         method_config={"input_weighting": "uniform", "output_weighting": "char_length"},
         diagnostics={"composed": 24, "mean_pieces": 2.0, "target_script": "CYRILLIC"},
@@ -43,6 +44,10 @@ def make_record(**changes) -> ExtensionRecord:
         vocabshift_version="0.1.0",
     )
     fields.update(changes)
+    fields.setdefault("command", extend_command(
+        source_model=fields["source_model"], new_tokenizer="path/to/new-tokenizer", method=fields["method"],
+        mode=fields["mode"], seed=fields["seed"], pad_to_multiple_of=fields.get("pad_to_multiple_of"),
+        method_options=fields.get("method_options", {}), keep_source_segmentation=False, source_texts=False))
     return ExtensionRecord(**fields)
 
 
@@ -94,6 +99,7 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
     api.upload_file(path_or_fileobj=BASE_README.encode(), path_in_repo="README.md", repo_id="org/base-7b")
     record = make_record(
         method="random", mode="replace", source_model="org/base-7b", new_vocab_size=60, new_num_rows=64,
+        pad_to_multiple_of=64,
         new_token_ranges=[[4, 40], [44, 60]], shared=pack_ids([0, 0, 1, 1, 2, 2, 3, 3, 40, 10, 41, 11, 42, 12, 43, 13]),
         method_config={}, diagnostics={}, tokenizer_report={},
         cpt=[{"step": 0, "loss": 4.21, "tokens_seen": 0},
@@ -131,7 +137,7 @@ def test_card_of_an_in_memory_model(tokenizers_en, tokenizers_ru):
 
 
 def test_card_of_an_unregistered_method_keeps_its_name_and_options(tmp_path):
-    record = make_record(method="plugin_method", method_config={"alpha": 0.5})
+    record = make_record(method="plugin_method", method_config={"alpha": 0.5}, method_options={"alpha": 0.5})
     card = vocabshift.model_card(write_folder(tmp_path / "m", record), language="ru", license="mit")
     assert "| Method | plugin_method (`plugin_method`) |" in card.text
     assert "--option alpha=0.5" in card.text

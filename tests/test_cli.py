@@ -44,6 +44,10 @@ def test_extend_inspect_card_push(base_folder, tokenizers_ru, tmp_path, loopback
     assert f"{len(record.new_ids):,} new tokens initialized with subword" in result.stdout
     assert (record.seed, record.new_num_rows % 64, record.method_config["input_weighting"],
             record.method_config["input_norm"]) == (3, 0, "char_length", False)
+    assert record.pad_to_multiple_of == 64  # the record keeps the options and the command as they were run
+    assert record.command == ["vocabshift", "extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(out),
+                              "--method", "subword", "--pad-to-multiple-of", "64", "--seed", "3", "--option",
+                              "input_weighting=char_length", "--option", "input_norm=false"]
 
     result = run("inspect", str(out))
     assert json.loads(result.stdout[: result.stdout.rindex("}") + 1])["method"] == "subword"

@@ -79,13 +79,16 @@ def test_training_evaluation_and_probe_where_the_model_lives(tokenizers_en, toke
             norms = vocabshift.training.row_norms(model, trainable.ids)
             assert set(model.state_dict()) == set(base.state_dict())
         scores = vocabshift.evaluate(model, tokenizer, ru_lines[:20]).scores[0]
-        result = vocabshift.probe(base, tokenizers_ru[FAMILY], ru_lines[:300], ru_lines[300:320], methods=["mean"], objectives=["next_token", "distillation"],
+        result = vocabshift.probe(base, tokenizers_ru[FAMILY], ru_lines[:300], ru_lines[300:320], methods=["mean"],
+                                  objectives=["next_token", "distillation"],
                                   steps=2, eval_every=1, batch_size=2, context_length=32,
                                   source_tokenizer=tokenizers_en[FAMILY])
     assert on(model, device) and on(base, device)
     old = old_mask(model).to(device)
     assert all(torch.equal(p[old], b[old]) for p, b in zip(embedding_parameters(model), before))
-    assert norms["embed_new_row_norm"] > 0 and 0 < scores.bits_per_byte < 20 and len(result.curves["mean"]) == 3
+    assert norms["embed_new_row_norm"] > 0 and 0 < scores.bits_per_byte < 20
+    assert all(len(curve) == 3 for curve in result.curves.values())
+    assert set(result.curves) == {"mean / next_token", "mean / distillation"}
 
 
 @pytest.mark.parametrize("device", ACCELERATORS)

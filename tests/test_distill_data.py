@@ -119,4 +119,4 @@ def test_pack_texts_fills_sequences_in_order(tokenizers_en, en_lines):
     packed = pack_texts(en_lines[:200], tokenizer, max_length=128)
     assert "\n".join(packed) == "\n".join(en_lines[:200])
     lengths = [len(ids) for ids in tokenizer(packed, add_special_tokens=False)["input_ids"]]
-    assert len(packed) < 200 and max(lengths) < 128 + max(len(tokenizer(l)["input_ids"]) for l in en_lines[:200])
+    assert len(packed) < 200 and max(lengths) < 128 + max(len(tokenizer(line)["input_ids"]) for line in en_lines[:200])

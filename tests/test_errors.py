@@ -67,7 +67,8 @@ def test_source_tokenizer_other_than_the_one_of_the_last_extension(setup):
 
 def test_unknown_method(setup):
     model, source, new = setup
-    _refused(model, errors.UnknownMethodError, "Unknown method 'fokus'. Available: focus, hyperofa, mean, multivariate, ofa, random",
+    _refused(model, errors.UnknownMethodError,
+             "Unknown method 'fokus'. Available: focus, hyperofa, mean, multivariate, ofa, random",
              new, method="fokus", source_tokenizer=source)
 
 
@@ -170,7 +171,7 @@ def test_tokenizer_of_an_unsupported_family(setup, ru_lines):
     from tokenizers import trainers
 
     plain.train_from_iterator(ru_lines[:200], trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]))
-    _refused(model, errors.UnsupportedTokenizerError, "vocabshift handles byte-level BPE", 
+    _refused(model, errors.UnsupportedTokenizerError, "vocabshift handles byte-level BPE",
              PreTrainedTokenizerFast(tokenizer_object=plain), source_tokenizer=source)
 
 

@@ -52,7 +52,8 @@ def test_subword_extension_of_smollm2(smollm2_setup):
         print(f"{name:>9}: " + ", ".join(f"{k} {v:.4f}" for k, v in row.items()))
     print("(shifted: subword with tied_mean_shift=0.25)")
     original, subword, shifted = figures["original"], figures["subword"], figures["shifted"]
-    print(f"ratios vs original: ru bpb {subword['ru'] / original['ru']:.3f}, en bpb {subword['en'] / original['en']:.4f}, "
+    print(f"ratios vs original: ru bpb {subword['ru'] / original['ru']:.3f}, "
+          f"en bpb {subword['en'] / original['en']:.4f}, "
           f"tokens/word {subword['tokens/word'] / original['tokens/word']:.3f}; shifted: ru bpb "
           f"{shifted['ru'] / original['ru']:.3f}, en bpb {shifted['en'] / original['en']:.4f}")
     assert subword["tokens/word"] <= 0.6 * original["tokens/word"]

@@ -1,4 +1,5 @@
-"""Blockwise similarity helpers equal their dense counterparts; SVD factorization; SALT's least squares is e A⁺; column statistics."""
+"""Blockwise similarity helpers equal their dense counterparts; SVD factorization; SALT's least squares is e A⁺;
+column statistics."""
 
 from __future__ import annotations
 

@@ -204,3 +204,18 @@ def test_the_map_skips_rows_cpt_left_unchanged():
     torch.testing.assert_close(fit.apply(rows[[0, 2]], out=out), rows[[0, 2]] @ weight, rtol=1e-6, atol=1e-6)
     assert fit.apply(rows, out=out).data_ptr() == out.data_ptr()
     assert Fit(None, rows=10, residual=0.2, identity_residual=0.2).apply(rows, out=out) is rows
+
+
+def test_a_head_bias_is_carried_like_the_rows(tmp_path, tokenizers_en, tokenizers_ru):
+    """Phi's head has a bias: shared tokens keep instruct's (plus CPT's change), new tokens get instruct's mean."""
+    folders = build_family(tmp_path, "phi-untied-bias", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"])
+    out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=tmp_path / "out")
+    bias = {role: AutoModelForCausalLM.from_pretrained(folder).get_output_embeddings().bias.detach().double()
+            for role, folder in {**folders, "out": out}.items()}
+    record = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(folders["adapted"]))
+    old = record.old_vocab_size
+    assert not torch.equal(bias["instruct"][:old], bias["base"][:old])  # the sibling's bias differs from base's
+    assert torch.allclose(bias["out"][:old], bias["instruct"][:old], atol=1e-6)  # CPT left the bias as it was
+    new = torch.tensor(record.new_ids)
+    assert torch.allclose(bias["out"][new], bias["instruct"][:old].mean().expand(len(new)), atol=1e-6)
+    assert vocabshift.inspect_folder(out).ok

@@ -96,7 +96,8 @@ def test_base_and_instruct_of_another_architecture(family, tokenizers_en, tmp_pa
     tokenizer = tokenizers_en["bytelevel"]
     gpt2 = _save(GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4)), tokenizer,
                  tmp_path / "gpt2")
-    _refused(tmp_path, errors.SiblingMismatchError, "base and instruct differ in architectures: \\['Qwen2ForCausalLM'\\]"
+    _refused(tmp_path, errors.SiblingMismatchError,
+             "base and instruct differ in architectures: \\['Qwen2ForCausalLM'\\]"
              " vs \\['GPT2LMHeadModel'\\]", family["adapted"], family["base"], gpt2)
     wide = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), **{**SMALL, "hidden_size": 32}))
     _refused(tmp_path, errors.SiblingMismatchError, "differ in hidden size: 64 vs 32", family["adapted"],

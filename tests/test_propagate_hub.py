@@ -127,4 +127,5 @@ def test_propagate_command(family, tmp_path):
     assert "LEP `overlap`" in card and entry["command"] in card
 
     result = run("propagate", *(str(family[role]) for role in ROLES), str(out))
-    assert result.returncode == 1 and "error: output_dir=" in result.stderr and "is not an empty folder" in result.stderr
+    assert result.returncode == 1
+    assert "error: output_dir=" in result.stderr and "is not an empty folder" in result.stderr

@@ -22,17 +22,17 @@ FAMILIES = sorted(REAL_TOKENIZERS)
 EXTRA = ["中国 🙂 ñ ǅ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "Число 12345, цена 3.14 €; тест\tтабуляции  и  пробелов.", " ведущий пробел"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real(family: str):
     return AutoTokenizer.from_pretrained(real_tokenizer_dir(family))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def russian(family: str):
     return vocabshift.train_tokenizer(read_lines("ru", 3000), like=real(family), vocab_size=4000)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def merged(family: str):
     return vocabshift.merge_tokenizers(real(family), russian(family))
 

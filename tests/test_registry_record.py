@@ -89,3 +89,23 @@ def test_get_record_on_a_model_never_extended(tokenizers_en):
 
     with pytest.raises(RecordError, match="carries no vocabshift record.*call model.extend_vocabulary"):
         get_record(make_model("qwen2-tied", tokenizers_en["bytelevel"]))
+
+
+def test_a_record_of_vocabshift_0_1_is_read_under_the_new_names(tokenizers_en, tokenizers_ru):
+    """0.1 called the user's tokenizer's fingerprint `target_tokenizer_sha256` and kept no command or options."""
+    from conftest import make_model
+
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"], seed=3,
+                            pad_to_multiple_of=64, input_weighting="char_length")
+    record = get_record(model)
+    assert record.pad_to_multiple_of == 64 and record.method_options == {"input_weighting": "char_length"}
+    assert record.command == ["vocabshift", "extend", "path/to/base-model", "path/to/new-tokenizer", "OUTPUT_DIR",
+                              "--method", "subword", "--mode", "extend", "--seed", "3", "--pad-to-multiple-of", "64",
+                              "--option", "input_weighting=char_length"]
+    old = {key: value for key, value in record.to_dict().items()
+           if key not in ("pad_to_multiple_of", "keep_source_segmentation", "method_options", "command")}
+    old["target_tokenizer_sha256"] = old.pop("new_tokenizer_sha256")
+    read = ExtensionRecord.from_dict(old)
+    assert read.new_tokenizer_sha256 == record.new_tokenizer_sha256 and read.command == []
+    assert read.pad_to_multiple_of is None and read.method_options == {}

@@ -121,7 +121,8 @@ def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers
     (inputs, head), (_, head_at_h), (inputs_at_l, head_at_l) = results
     torch.testing.assert_close(head, head_at_h, rtol=0, atol=1e-6)
     assert torch.equal(inputs, inputs_at_l) and not torch.allclose(head, head_at_l)
-    trainer = Trainer(model=model, args=arguments(tmp_path, optim="adafactor"), train_dataset=blocks(tokenizer, ru_lines),
+    trainer = Trainer(model=model, args=arguments(tmp_path, optim="adafactor"),
+                      train_dataset=blocks(tokenizer, ru_lines),
                       callbacks=[vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)])
     with pytest.raises(TrainingSetupError, match="SGD, Adam and AdamW .* not Adafactor"):
         trainer.train()
@@ -211,7 +212,7 @@ def test_trainable_ids(tokenizers_en, tokenizers_ru, tmp_path):
     model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     callback = vocabshift.EmbeddingOnlyCallback()
     with pytest.raises(TrainingSetupError, match="known once the Trainer is built"):
-        callback.trainable_ids
+        _ = callback.trainable_ids
     Trainer(model=model, args=arguments(tmp_path), callbacks=[callback])
     assert callback.trainable_ids.tolist() == vocabshift.get_record(model).new_ids
     other, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
@@ -316,4 +317,4 @@ def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path,
         callback = vocabshift.EmbeddingOnlyCallback(rows="all")
     callback.on_init_end(args, None, None, model=model)
     assert len([p for p in model.parameters() if p.requires_grad]) == 2
-    callback._state["rows"].fold()
+    callback._run.rows.fold()

@@ -105,7 +105,8 @@ def test_fold_writes_the_rows_back_and_removes_the_split(tokenizers_en, tokenize
     assert not model._state_dict_hooks and not model._load_state_dict_pre_hooks
     assert all(torch.equal(a, b) for a, b in zip(embedding_parameters(model), embedding_parameters(reference)))
     assert all(p.requires_grad for p in embedding_parameters(model))
-    assert (model.get_input_embeddings().weight is model.get_output_embeddings().weight) == (architecture != "llama-untied")
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert tied == (architecture != "llama-untied")
 
 
 @pytest.mark.parametrize("architecture", ["llama-untied", "qwen2-tied"])

@@ -44,7 +44,8 @@ def test_focus_gives_the_rows_of_deepfocus(tokenizers_en, tokenizers_ru, token_v
     canonicalization maps partial UTF-8 tokens to U+FFFD and copies wrong rows (e.g. a lone byte from an unrelated
     CJK piece), so there deepfocus is given our shared pairs: the comparison is then of FOCUS itself.
     deepfocus also takes fastText's line-end word "</s>" for the vector of the tokenizer's "</s>" token (an anchor we
-    do not have); that is turned off in it. Rows of tokens without a vector are random in both (from different generators) and are not compared.
+    do not have); that is turned off in it. Rows of tokens without a vector are random in both (from different
+    generators) and are not compared.
     """
     source, new, vectors = tokenizers_en[family], tokenizers_ru[family], token_vectors_ru[family]
     model = make_model(architecture, source)
@@ -75,7 +76,8 @@ def test_salt_refuses_a_helper_of_another_vocabulary(tokenizers_en, tokenizers_r
     model = make_model("qwen2-tied", source)
     before = model.get_input_embeddings().weight.detach().clone()
     english_helper = make_model("qwen2-tied", source)
-    with pytest.raises(HelperModelError, match=r"has \d+ embedding rows but new_tokenizer has \d+ tokens: its vocabulary does not match"):
+    with pytest.raises(HelperModelError,
+                       match=r"has \d+ embedding rows but new_tokenizer has \d+ tokens: its vocabulary does not match"):
         model.extend_vocabulary(new, method="salt", source_tokenizer=source, helper_model=english_helper,
                                 word_vectors=token_vectors_ru["bytelevel"])
     other = make_tokenizer("bytelevel", ru_lines[::-1][:1500], 900)  # same size, other vocabulary

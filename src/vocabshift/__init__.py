@@ -3,13 +3,14 @@
 `import vocabshift` registers `PreTrainedModel.extend_vocabulary`.
 """
 
-__version__ = "0.1.0.dev0"
-
 import functools
+from typing import Any
 
 from transformers import PreTrainedModel
 
 from . import methods
+from ._typing import Tokenizer, TokenizerLike
+from ._version import __version__
 from .errors import VocabShiftError
 from .extend import extend_vocabulary
 from .hub import model_card, push_to_hub
@@ -69,7 +70,7 @@ __all__ = [
 
 
 @functools.wraps(extend_vocabulary)
-def _extend_vocabulary_method(self, new_tokenizer, **kwargs):
+def _extend_vocabulary_method(self: PreTrainedModel, new_tokenizer: TokenizerLike, **kwargs: Any) -> Tokenizer:
     return extend_vocabulary(self, new_tokenizer, **kwargs)
 
 

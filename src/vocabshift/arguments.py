@@ -15,7 +15,8 @@ from typing import Any
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_count", "check_path", "check_rate", "check_shard_size", "check_texts", "check_token", "is_int"]
+__all__ = ["check_choice", "check_count", "check_flag", "check_path", "check_rate", "check_shard_size", "check_texts",
+           "check_token", "is_int"]
 
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
@@ -25,12 +26,31 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_count(value: Any, *, name: str, minimum: int = 1) -> int:
-    """An int of at least `minimum` (1: a positive count; 0: a non-negative one, e.g. a seed)."""
+def check_count(value: Any, *, name: str, minimum: int = 1, accepted: str | None = None) -> int:
+    """An int of at least `minimum` (1: a positive count; 0: a non-negative one, e.g. a seed).
+
+    With `accepted` (e.g. "a positive int (e.g. 64) or None"), every refusal reads "{name}=... is invalid: pass
+    {accepted}."
+    """
     if not is_int(value):
-        raise InvalidArgumentTypeError(f"{name}={value!r} is a {type(value).__name__}: pass an int >= {minimum}.")
+        why = "is invalid" if accepted else f"is a {type(value).__name__}"
+        raise InvalidArgumentTypeError(f"{name}={value!r} {why}: pass {accepted or f'an int >= {minimum}'}.")
     if value < minimum:
-        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass an int >= {minimum}.")
+        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass {accepted or f'an int >= {minimum}'}.")
+    return value
+
+
+def check_flag(value: Any, *, name: str) -> bool:
+    """True or False (not a truthy value: "yes" is refused)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass True or False.")
+    return value
+
+
+def check_choice(value: Any, choices: Sequence[str], *, name: str) -> str:
+    """One of `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass one of {', '.join(map(repr, choices))}.")
     return value
 
 

@@ -10,13 +10,15 @@ from typing import Any
 
 from transformers import Trainer, TrainingArguments
 
-from .cli import arg, load_model, model_tokenizer, subcommand
+from ._typing import Model, Tokenizer
+from .cli_common import arg, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE
+from .corpus import read_texts
 from .errors import InvalidArgumentError, TokenizerMismatchError
-from .record import CONFIG_KEY, get_record
-from .save import atomic_folder
+from .record import get_record, store_record
+from .save import atomic_folder, atomic_write_text
 from .training import DistillationTrainer, EmbeddingOnlyCallback, evaluate, pack_texts, probe
-from .training.data import pack_blocks, read_texts
+from .training.data import pack_blocks
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -67,10 +69,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trainer(args: argparse.Namespace, model: Any, tokenizer: Any, texts: list[str], options: Any) -> Any:
+def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
     callbacks = [EmbeddingOnlyCallback(rows=args.rows)]
     if args.objective == "next_token":
-        dataset = [{"input_ids": block, "labels": block} for block in pack_blocks(tokenizer, texts, args.context_length)]
+        blocks = pack_blocks(tokenizer, texts, args.context_length)
+        dataset = [{"input_ids": block, "labels": block} for block in blocks]
         return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
     record = get_record(model)
     teacher = load_tokenizer(args.teacher_tokenizer or record.source_model, argument="--teacher-tokenizer")
@@ -107,18 +110,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(result)
     if args.add_to_record:
         result.add_to_record(model)
-        _rewrite_record(Path(args.model), model.config)
+        _rewrite_record(Path(args.model), model)
     return 0
 
 
-def _rewrite_record(folder: Path, config) -> None:
-    """Replace the record in `folder/config.json` (through a temporary file and a rename)."""
+def _rewrite_record(folder: Path, model: Model) -> None:
+    """Replace the record in `folder/config.json` by the model's (through a temporary file and a rename)."""
     path = folder / "config.json"
     data = json.loads(path.read_text(encoding="utf-8"))
-    data[CONFIG_KEY] = getattr(config, CONFIG_KEY)
-    partial = path.with_name(".config.json.partial")
-    partial.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    partial.replace(path)
+    store_record(data, model)
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 @subcommand(
@@ -147,8 +148,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
     source = model_tokenizer(args.model)
     result = probe(load_model(args.model), args.new_tokenizer, texts[: -args.held_out], texts[-args.held_out :],
-                   methods=args.methods, objectives=args.objectives, steps=args.steps, eval_every=args.eval_every, mode=args.mode,
-                   source_tokenizer=source, batch_size=args.batch_size,
+                   methods=args.methods, objectives=args.objectives, steps=args.steps, eval_every=args.eval_every,
+                   mode=args.mode, source_tokenizer=source, batch_size=args.batch_size,
                    context_length=args.context_length, learning_rate=args.learning_rate, seed=args.seed,
                    output_dir=args.output_dir)
     print(result)

@@ -18,6 +18,7 @@ from .hub.push import check_repo_id, check_revision
 __all__ = ["CONTEXT", "NON_NEGATIVE_INT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "branch", "repo_id",
            "shard_size"]
 
+
 def _number(kind: type, accepted: str, valid: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse type: `kind(text)` if it is finite and `valid`, else a usage error saying what is accepted."""
 

@@ -1,4 +1,5 @@
-"""Text corpora given to vocabshift: a UTF-8 file (one document per line) or a list of strings, checked once."""
+"""Text corpora given to vocabshift: a UTF-8 file (one document per line, `.xz` compressed or not) or a list of
+strings, checked once. The one reader of text files: fastText corpora, the CLI's text arguments, source lines."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from .errors import CorpusError
 
-__all__ = ["corpus_fingerprint", "documents", "shipped_english", "source_lines"]
+__all__ = ["corpus_fingerprint", "documents", "read_texts", "shipped_english", "source_lines"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,24 +60,49 @@ def documents(corpus: Any) -> Iterator[str]:
         )
 
 
-def _file_lines(path: Path) -> Iterator[str]:
+def read_texts(path: str | os.PathLike, *, name: str = "texts") -> list[str]:
+    """The non-blank lines of a UTF-8 text file (`.txt`, or xz-compressed `.xz`), one document per line.
+
+    Raises:
+        `CorpusError`: the file is missing, not UTF-8 (or not xz when named `.xz`), or holds no text.
+    """
+    path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"corpus={str(path)!r} is not a file: pass the path of a UTF-8 text file or a list of strings.")
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise CorpusError(
-                    f"corpus={str(path)!r} is not UTF-8 text: line {number} has byte 0x{raw[error.start]:02x} at "
-                    f"byte {error.start + 1}. Convert it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
-                ) from None
-            if "\x00" in line:
-                raise CorpusError(
-                    f"corpus={str(path)!r} line {number} holds NUL characters (UTF-16 text?): convert it to UTF-8, "
-                    "e.g. `iconv -f utf-16 -t utf-8 in.txt > out.txt`."
-                )
-            yield line.rstrip("\r\n")
+        raise CorpusError(f"{name}={str(path)!r} does not exist: pass a UTF-8 .txt or .txt.xz file.")
+    lines = [line for line in _file_lines(path, name=name) if line.strip()]
+    if not lines:
+        raise CorpusError(f"{name}={str(path)!r} holds no text: pass one document per line.")
+    return lines
+
+
+def _file_lines(path: Path, *, name: str = "corpus") -> Iterator[str]:
+    if not path.is_file():
+        raise CorpusError(f"{name}={str(path)!r} is not a file: pass the path of a UTF-8 text file or a list of "
+                          "strings.")
+    opener = lzma.open if path.suffix == ".xz" else open
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                yield _decoded(raw, number, path, name)
+    except (lzma.LZMAError, EOFError) as error:
+        raise CorpusError(f"{name}={str(path)!r} is not xz-compressed text ({error}): decompress it or fix the "
+                          "name.") from None
+
+
+def _decoded(raw: bytes, number: int, path: Path, name: str) -> str:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CorpusError(
+            f"{name}={str(path)!r} is not UTF-8 text: line {number} has byte 0x{raw[error.start]:02x} at "
+            f"byte {error.start + 1}. Convert it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
+        ) from None
+    if "\x00" in line:
+        raise CorpusError(
+            f"{name}={str(path)!r} line {number} holds NUL characters (UTF-16 text?): convert it to UTF-8, "
+            "e.g. `iconv -f utf-16 -t utf-8 in.txt > out.txt`."
+        )
+    return line.rstrip("\r\n")
 
 
 def corpus_fingerprint(corpus: Any) -> tuple[str, int]:

@@ -1,4 +1,10 @@
-"""The model's embedding matrices: find them, and assemble the new ones (the model itself is not touched here)."""
+"""The model's embedding layout, found in one place: the input matrix, the head, tying, padding rows, a head bias.
+
+Every caller (extend, training, evaluation, distillation's teacher, a helper model, `inspect`, `propagate` on
+safetensors files) finds the embeddings here; nothing else calls `get_input_embeddings`. A head bias (`bias`,
+`EmbeddingNames.bias`) is supported at every step, decided here: extend gives new tokens the mean bias, training
+leaves it frozen, propagation carries it like the rows (see `propagation.plan.propagated_bias`).
+"""
 
 from __future__ import annotations
 
@@ -8,59 +14,104 @@ from typing import Any
 
 import torch
 
+from ._typing import Model, Tokenizer
 from .errors import TokenizerMismatchError, UnsupportedModelError
-from .methods import InitResult
-from .record import CONFIG_KEY, get_record
-from .vocab.align import Alignment
+from .record import find_record
 from .vocab.load import fingerprint
 
 __all__ = [
+    "MAX_PADDING_ROWS",
+    "EmbeddingNames",
     "Embeddings",
-    "assemble_weights",
     "check_tokenizer",
+    "embedding_names",
     "find_embeddings",
+    "input_matrix",
     "original_embeddings",
     "original_tensors",
     "remember_original",
-    "row_count",
 ]
 
+# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
+# tokenizer, whose ids would name rows of other tokens.
+MAX_PADDING_ROWS = 1024
+
 # The embedding tensors models had before replace mode, for distillation's teacher (this process only).
-_ORIGINALS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
+_ORIGINALS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor | None]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
 class Embeddings:
-    """The model's embedding modules: input, untied output head (or None), any head (tied or not)."""
+    """The model's embedding modules: input, untied output head (or None), any head (tied or not).
 
-    input: torch.nn.Module
-    output: torch.nn.Module | None
-    head: torch.nn.Module | None
-    rows: int
+    Attributes:
+        input (`nn.Embedding`): the input embeddings (`weight` of shape `(num_rows, hidden)`).
+        output (`nn.Linear | None`): the output head when it is untied, else None.
+        head (`nn.Linear | None`): the output head, tied or not; None for an encoder without one.
+        num_rows (`int`): rows of the input matrix (padding rows included).
+
+    The modules are typed as the classes nearly every model uses; any module with a 2-D `weight` is accepted (and
+    `training.rows` refuses, for split rows, what is not a plain `nn.Embedding` / `nn.Linear`).
+    """
+
+    input: torch.nn.Embedding
+    output: torch.nn.Linear | None
+    head: torch.nn.Linear | None
+    num_rows: int
 
     @property
     def tied(self) -> bool:
         return self.head is not None and self.output is None
 
+    @property
+    def weights(self) -> list[torch.nn.Parameter]:
+        """The matrices: the input embeddings and, when untied, the head's weight."""
+        weights = [self.input.weight] + ([] if self.output is None else [self.output.weight])
+        return [w for w in weights if isinstance(w, torch.nn.Parameter)]
 
-def find_embeddings(model: Any) -> Embeddings:
+    @property
+    def bias(self) -> torch.Tensor | None:
+        """The head's bias, if it has one."""
+        bias = getattr(self.head, "bias", None)
+        return bias if isinstance(bias, torch.Tensor) else None
+
+    def padding_rows(self, vocab_size: int) -> int:
+        """Rows beyond a vocabulary of `vocab_size` tokens (models round their row count up)."""
+        return max(0, self.num_rows - vocab_size)
+
+
+def _modules(model: Model) -> tuple[Any, Any]:
+    """`get_input_embeddings()` and `get_output_embeddings()` (None where the model has none with a weight)."""
+    try:
+        inputs = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        inputs = None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return inputs, (head if isinstance(getattr(head, "weight", None), torch.Tensor) else None)
+
+
+def input_matrix(model: Model) -> torch.Tensor | None:
+    """The input embedding matrix of a model (2-D, floating point), or None if it has none."""
+    weight = getattr(_modules(model)[0], "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+        return None
+    return weight
+
+
+def find_embeddings(model: Model) -> Embeddings:
     """The model's input embeddings and head.
 
     Raises:
         `UnsupportedModelError`: without an input embedding matrix, with a head of another shape, or with
             embeddings whose values are not loaded (on the meta device).
     """
-    try:
-        inputs = model.get_input_embeddings()
-    except (AttributeError, NotImplementedError):
-        inputs = None
-    weight = getattr(inputs, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+    inputs, head = _modules(model)
+    weight = input_matrix(model)
+    if weight is None:
         raise UnsupportedModelError(
             f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() gave "
             f"{type(inputs).__name__}): pass a transformers model with token embeddings."
         )
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and head.weight.shape != weight.shape:
         raise UnsupportedModelError(
             f"{type(model).__name__}'s output head has shape {tuple(head.weight.shape)} but its input embeddings "
@@ -71,7 +122,7 @@ def find_embeddings(model: Any) -> Embeddings:
     return Embeddings(inputs, untied, head, weight.shape[0])
 
 
-def _check_materialized(model: Any, weights: dict[str, torch.Tensor | None]) -> None:
+def _check_materialized(model: Model, weights: dict[str, torch.Tensor | None]) -> None:
     """Refuse weights on the meta device: building new rows needs the old ones' values, and without this check the
     failure would come late, from deep inside the resize."""
     for what, weight in weights.items():
@@ -84,12 +135,42 @@ def _check_materialized(model: Any, weights: dict[str, torch.Tensor | None]) -> 
             )
 
 
-# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
-# tokenizer, whose ids would name rows of other tokens.
-MAX_PADDING_ROWS = 1024
+@dataclass(frozen=True)
+class EmbeddingNames:
+    """Parameter names of a model class's embedding tensors (a tied pair shares names).
+
+    Attributes:
+        input / head (`list[str]`): every name of the input matrix and of the head's weight (empty: no head).
+        tied (`bool`): the head's weight is the input matrix.
+    """
+
+    input: list[str]
+    head: list[str]
+    tied: bool
+
+    @property
+    def bias(self) -> list[str]:
+        """The names a head bias would have (`lm_head.weight` -> `lm_head.bias`)."""
+        return [name.removesuffix("weight") + "bias" for name in self.head if name.endswith("weight")]
 
 
-def check_tokenizer(model: Any, tokenizer: Any, rows: int, *, argument: str) -> None:
+def embedding_names(config: Any) -> EmbeddingNames:
+    """The names of the embedding tensors of the model `config` describes, from a model built on the meta device
+    (no weight is allocated): what `inspect` and `propagate` look for in safetensors files."""
+    import transformers
+
+    architecture = (config.architectures or [None])[0]
+    model_class = getattr(transformers, architecture or "", None)
+    with torch.device("meta"):
+        model = model_class(config) if model_class else transformers.AutoModel.from_config(config)
+    inputs, head = _modules(model)
+    named = list(model.named_parameters(remove_duplicate=False))
+    input_names = [n for n, p in named if p is inputs.weight]
+    head_names = [n for n, p in named if head is not None and p is head.weight]
+    return EmbeddingNames(input_names, head_names, bool(head_names) and bool(set(input_names) & set(head_names)))
+
+
+def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argument: str) -> None:
     """`tokenizer` can be `model`'s: no ordinary token beyond the embedding rows (special tokens may be, as
     Gemma-3's image token is), no more rows without a token than padding explains, and, when the model carries an
     ExtensionRecord, it is the tokenizer the last `extend_vocabulary` call returned (same fingerprint).
@@ -97,94 +178,43 @@ def check_tokenizer(model: Any, tokenizer: Any, rows: int, *, argument: str) -> 
     Raises:
         `TokenizerMismatchError`: naming `argument`.
     """
-    beyond = sorted(token for token, index in tokenizer.get_vocab().items() if index >= rows)
+    beyond = sorted(token for token, index in tokenizer.get_vocab().items() if index >= num_rows)
     if not set(beyond) <= set(tokenizer.all_special_tokens):
         raise TokenizerMismatchError(
-            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {rows} embedding rows, and ids "
-            f"beyond them are ordinary tokens (e.g. {beyond[0]!r}): it is not this model's tokenizer. Pass the "
+            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {num_rows} embedding rows, and "
+            f"ids beyond them are ordinary tokens (e.g. {beyond[0]!r}): it is not this model's tokenizer. Pass the "
             "tokenizer the model was trained with."
         )
-    if rows - len(tokenizer) > MAX_PADDING_ROWS:
+    if num_rows - len(tokenizer) > MAX_PADDING_ROWS:
         raise TokenizerMismatchError(
-            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {rows} embedding rows: "
-            f"{rows - len(tokenizer)} rows would have no token, more than padding explains, so it is not this "
+            f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {num_rows} embedding rows: "
+            f"{num_rows - len(tokenizer)} rows would have no token, more than padding explains, so it is not this "
             "model's tokenizer (new tokens would overwrite rows of the model's own tokens). Pass the tokenizer the "
             "model was trained with; if those rows really are unused padding, shrink them first with "
             "model.resize_token_embeddings(len(tokenizer))."
         )
-    if isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        expected = get_record(model).tokenizer_sha256
-        if fingerprint(tokenizer) != expected:
-            raise TokenizerMismatchError(
-                f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call "
-                f"(fingerprint {expected[:12]}...): pass that tokenizer."
-            )
+    record = find_record(model)
+    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256:
+        raise TokenizerMismatchError(
+            f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call "
+            f"(fingerprint {record.tokenizer_sha256[:12]}...): pass that tokenizer."
+        )
 
 
-def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int | None) -> int:
-    """Never shrink in extend mode (padding rows stay); round up to `multiple`."""
-    rows = max(vocab_size, embeddings.rows) if mode == "extend" else vocab_size
-    return rows if multiple is None else -(-rows // multiple) * multiple
-
-
-def _copies(embeddings: Embeddings, alignment: Alignment, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(new row index, old row index) of copied rows: every old row in extend mode, shared tokens in replace mode."""
-    device = embeddings.input.weight.device
-    if mode == "extend":
-        index = torch.arange(embeddings.rows, device=device)
-        return index, index
-    pairs = torch.tensor(alignment.shared, dtype=torch.long, device=device).reshape(-1, 2)
-    return pairs[:, 0], pairs[:, 1]
-
-
-def _assemble(
-    old: torch.Tensor,
-    copies: tuple[torch.Tensor, torch.Tensor],
-    new_ids: torch.Tensor,
-    new_rows: torch.Tensor,
-    rows: int,
-    num_source: int,
-) -> torch.Tensor:
-    """The new matrix (or bias): mean of the source rows everywhere, then copied rows, then the method's rows."""
-    out = torch.empty((rows, *old.shape[1:]), dtype=old.dtype, device=old.device)
-    out[:] = old[:num_source].float().mean(dim=0).to(old.dtype)
-    out[copies[0]] = old[copies[1]]
-    out[new_ids] = new_rows.to(old.dtype)
-    return out
-
-
-def assemble_weights(
-    embeddings: Embeddings, alignment: Alignment, result: InitResult, rows: int, mode: str, num_source: int
-) -> dict[str, torch.Tensor]:
-    """New `input`, untied `output` and head `bias` tensors: old rows copied, the method's rows placed."""
-    copies = _copies(embeddings, alignment, mode)
-    new_ids = torch.tensor(alignment.new_ids, dtype=torch.long, device=embeddings.input.weight.device)
-    weights = {"input": _assemble(embeddings.input.weight.detach(), copies, new_ids, result.input_rows, rows, num_source)}
-    if embeddings.output is not None:
-        old = embeddings.output.weight.detach()
-        weights["output"] = _assemble(old, copies, new_ids, result.output_rows, rows, num_source)
-    bias = getattr(embeddings.head, "bias", None)
-    if isinstance(bias, torch.Tensor):  # new tokens start at the mean bias
-        mean_bias = bias.detach()[:num_source].float().mean().expand(len(new_ids))
-        weights["bias"] = _assemble(bias.detach(), copies, new_ids, mean_bias, rows, num_source)
-    return weights
-
-
-def original_tensors(model: Any) -> dict[str, torch.Tensor | None]:
+def original_tensors(model: Model) -> dict[str, torch.Tensor | None]:
     """The model's embedding tensors by role (`input`, `head`, `bias`; the same tensor twice when tied), detached
     views of the same storage, not copies."""
-    inputs = model.get_input_embeddings().weight
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    bias = getattr(head, "bias", None)
-    return {"input": inputs.detach(), "head": None if head is None else head.weight.detach(),
-            "bias": bias.detach() if isinstance(bias, torch.Tensor) else None}
+    embeddings = find_embeddings(model)
+    head, bias = embeddings.head, embeddings.bias
+    return {"input": embeddings.input.weight.detach(), "head": None if head is None else head.weight.detach(),
+            "bias": None if bias is None else bias.detach()}
 
 
-def remember_original(model: Any) -> None:
+def remember_original(model: Model) -> None:
     """Keep the embedding tensors `model` has now (`original_tensors`) before they are replaced."""
     _ORIGINALS[model] = original_tensors(model)
 
 
-def original_embeddings(model: Any) -> dict[str, torch.Tensor | None] | None:
+def original_embeddings(model: Model) -> dict[str, torch.Tensor | None] | None:
     """The tensors `remember_original` kept for `model`, by role; None if none were kept."""
     return _ORIGINALS.get(model)

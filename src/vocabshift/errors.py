@@ -100,7 +100,8 @@ class UnsafeWeightsError(VocabShiftError, ValueError):
 
 
 class TrainingSetupError(VocabShiftError, RuntimeError):
-    """A training setup in which embedding-only training cannot be made safe (e.g. an optimizer built before freezing)."""
+    """A training setup in which embedding-only training cannot be made safe (e.g. an optimizer built before
+    freezing)."""
 
 
 class SiblingMismatchError(VocabShiftError, ValueError):

@@ -1,7 +1,8 @@
 """`model.extend_vocabulary(...)`: orchestration only, and the one place that writes to the model.
 
-alignment -> method -> new embedding matrices -> (all checks passed) write rows, config ids and the record.
-Everything that can fail runs before the first write, so a refused call leaves the model as it was.
+alignment -> method inputs resolved (`inputs.py`) -> method -> new embedding matrices (`assemble.py`) -> (all checks
+passed) write rows, config ids and the record. Everything that can fail runs before the first write, so a refused
+call leaves the model as it was.
 """
 
 from __future__ import annotations
@@ -10,26 +11,26 @@ import dataclasses
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from . import __version__
+from ._typing import Model, Tokenizer, TokenizerLike
+from ._version import __version__
+from .arguments import check_choice, check_count, check_flag
+from .assemble import assemble_weights, row_count
 from .corpus import source_lines
-from .embeddings import Embeddings, assemble_weights, check_tokenizer, find_embeddings, remember_original, row_count
-from .errors import (
-    InvalidArgumentError,
-    MethodResultError,
-    NoNewTokensError,
-    TokenizerLoadError,
-    UnsupportedModelError,
-)
+from .embeddings import Embeddings, check_tokenizer, find_embeddings, remember_original
+from .errors import InvalidArgumentError, MethodResultError, NoNewTokensError, TokenizerLoadError
+from .inputs import resolve_inputs
 from .methods import InitContext, InitResult
-from .record import CONFIG_KEY, ExtensionRecord, id_ranges, pack_ids
+from .record import ExtensionRecord, extend_command, id_ranges, pack_ids, set_record
 from .registry import build_config, get_method
 from .vocab.align import Alignment, align
+from .vocab.ids import remap_token_ids
 from .vocab.load import fingerprint, load_tokenizer
-from .vocab.merge import merge_tokenizers
+from .vocab.merge import MergeReport, merge_tokenizers
 from .vocab.replace import replacement_tokenizer
 
 __all__ = ["extend_vocabulary"]
@@ -38,19 +39,33 @@ logger = logging.getLogger(__name__)
 _MODES = ("extend", "replace")
 
 
+@dataclass(frozen=True)
+class _Call:
+    """The arguments of one `extend_vocabulary` call, as the record keeps them."""
+
+    method: str
+    mode: str
+    seed: int
+    pad_to_multiple_of: int | None
+    keep_source_segmentation: bool
+    source_texts: bool  # lines were given (else the shipped English lines)
+    new_tokenizer: str  # the path or repo id given, else a placeholder
+    method_options: dict[str, Any]
+
+
 def extend_vocabulary(
-    model: Any,
-    new_tokenizer: Any,
+    model: Model,
+    new_tokenizer: TokenizerLike,
     *,
     method: str = "subword",
     mode: str = "extend",
-    source_tokenizer: Any = None,
+    source_tokenizer: TokenizerLike | None = None,
     pad_to_multiple_of: int | None = None,
     seed: int = 0,
     source_texts: Sequence[str] | None = None,
     keep_source_segmentation: bool = False,
     **method_options: Any,
-) -> Any:
+) -> Tokenizer:
     """Give `model` a target-language vocabulary and initialize the new input and output rows.
 
     Registered as `PreTrainedModel.extend_vocabulary` by `import vocabshift`.
@@ -91,11 +106,13 @@ def extend_vocabulary(
     spec = get_method(method)
     config = build_config(spec, method_options)
     _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
+    call = _Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
+                 _label(new_tokenizer), _summary(method_options))
     check_texts = source_lines(source_texts)
     embeddings = find_embeddings(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
-    check_tokenizer(model, source, embeddings.rows, argument="source_tokenizer")
+    check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts,
@@ -103,47 +120,37 @@ def extend_vocabulary(
         _warn_source_changes(report, source_texts is None)
     else:
         target = replacement_tokenizer(source, new)
-    alignment = align(source, target, keep_source_ids=mode == "extend")
+    alignment = align(source, target, keep_source_ids=mode == "extend", new=new)
     if not alignment.new_ids:
         raise NoNewTokensError(
             f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): pass a "
             "tokenizer trained on target-language text."
         )
     context = _context(embeddings, alignment, source, target, seed, new)
-    result = spec.function(context, config)
+    result = spec.function(context, resolve_inputs(config, new))
     _check_result(result, context, method)
-    rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
-    weights = assemble_weights(embeddings, alignment, result, rows, mode, len(source))
-    record = _record(model, method, mode, seed, config, embeddings, source, new, target, alignment, result, report,
-                     rows)
+    num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
+    weights = assemble_weights(embeddings, alignment, result, num_rows, mode, len(source))
+    tokenizers = {"source": source, "new": new, "target": target}
+    record = _record(model, call, config, embeddings, tokenizers, alignment, result, report, num_rows)
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
 
 
 def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_segmentation: Any) -> None:
-    if not isinstance(keep_source_segmentation, bool):
-        raise InvalidArgumentError(f"keep_source_segmentation={keep_source_segmentation!r} is invalid: pass True or "
-                                   "False.")
+    check_flag(keep_source_segmentation, name="keep_source_segmentation")
     if keep_source_segmentation and mode != "extend":
         raise InvalidArgumentError(
             "keep_source_segmentation=True works in mode='extend' only: replace mode gives the model a new "
             "vocabulary, which cuts every text anew."
         )
-    if mode not in _MODES:
-        raise InvalidArgumentError(f"mode={mode!r} is invalid: pass one of {', '.join(map(repr, _MODES))}.")
-    if pad_to_multiple_of is not None and (not _is_int(pad_to_multiple_of) or pad_to_multiple_of <= 0):
-        raise InvalidArgumentError(
-            f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass a positive int (e.g. 64) or None."
-        )
-    if not _is_int(seed) or seed < 0:
-        raise InvalidArgumentError(f"seed={seed!r} is invalid: pass a non-negative int.")
+    check_choice(mode, _MODES, name="mode")
+    if pad_to_multiple_of is not None:
+        check_count(pad_to_multiple_of, name="pad_to_multiple_of", accepted="a positive int (e.g. 64) or None")
+    check_count(seed, name="seed", minimum=0, accepted="a non-negative int")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _warn_source_changes(report: Any, shipped: bool) -> None:
+def _warn_source_changes(report: MergeReport, shipped: bool) -> None:
     if report.source_lines_changed:
         logger.warning(
             "The extended tokenizer cuts %.1f%% of %d %s source-language lines differently from the model's own "
@@ -153,7 +160,7 @@ def _warn_source_changes(report: Any, shipped: bool) -> None:
         )
 
 
-def _default_source(model: Any, source_tokenizer: Any) -> Any:
+def _default_source(model: Model, source_tokenizer: TokenizerLike | None) -> TokenizerLike:
     if source_tokenizer is not None:
         return source_tokenizer
     path = str(getattr(model, "name_or_path", "") or "")
@@ -165,8 +172,8 @@ def _default_source(model: Any, source_tokenizer: Any) -> Any:
     return path
 
 
-def _context(embeddings: Embeddings, alignment: Alignment, source: Any, target: Any, seed: int,
-             new: Any) -> InitContext:
+def _context(embeddings: Embeddings, alignment: Alignment, source: Tokenizer, target: Tokenizer, seed: int,
+             new: Tokenizer) -> InitContext:
     count = len(alignment.source_forms)
     source_input = _source_rows(embeddings.input.weight, count)
     output = embeddings.output
@@ -188,7 +195,7 @@ def _check_result(result: Any, context: InitContext, method: str) -> None:
     if not isinstance(result, InitResult):
         raise MethodResultError(f"Method {method!r} returned {type(result).__name__}, not an InitResult.")
     shape = (context.num_new, context.source_input.shape[1])
-    checked = [("input_rows", result.input_rows)]
+    checked: list[tuple[str, torch.Tensor | None]] = [("input_rows", result.input_rows)]
     if context.source_output is not None:
         checked.append(("output_rows", result.output_rows))
     for name, rows in checked:
@@ -198,50 +205,62 @@ def _check_result(result: Any, context: InitContext, method: str) -> None:
             )
 
 
-def _record(model: Any, method: str, mode: str, seed: int, config: Any, embeddings: Embeddings, source: Any,
-            new: Any, target: Any, alignment: Alignment, result: InitResult, report: Any, rows: int
-            ) -> ExtensionRecord:
+def _record(model: Model, call: _Call, config: Any, embeddings: Embeddings, tokenizers: dict[str, Tokenizer],
+            alignment: Alignment, result: InitResult, report: MergeReport | None, num_rows: int) -> ExtensionRecord:
+    source, target = tokenizers["source"], tokenizers["target"]
+    source_model = str(getattr(model, "name_or_path", "") or "")
     return ExtensionRecord(
-        method=method,
-        mode=mode,
-        seed=seed,
-        source_model=str(getattr(model, "name_or_path", "") or ""),
+        method=call.method,
+        mode=call.mode,
+        seed=call.seed,
+        source_model=source_model,
         source_revision=getattr(model.config, "_commit_hash", None),
         old_vocab_size=len(source),
-        old_num_rows=embeddings.rows,
+        old_num_rows=embeddings.num_rows,
         new_vocab_size=len(target),
-        new_num_rows=rows,
+        new_num_rows=num_rows,
         tied=embeddings.tied,
         new_token_ranges=id_ranges(alignment.new_ids),
         special_tokens={t: target.convert_tokens_to_ids(t) for t in target.all_special_tokens},
         source_tokenizer_sha256=fingerprint(source),
-        target_tokenizer_sha256=fingerprint(new),
+        new_tokenizer_sha256=fingerprint(tokenizers["new"]),
         tokenizer_sha256=fingerprint(target),
         decompositions={
             "lengths": pack_ids(len(d) for d in alignment.decompositions),
             "ids": pack_ids(i for d in alignment.decompositions for i in d),
         },
-        shared="" if mode == "extend" else pack_ids(i for pair in alignment.shared for i in pair),
-        method_config=_config_summary(config),
+        shared="" if call.mode == "extend" else pack_ids(i for pair in alignment.shared for i in pair),
+        method_config=_summary({item.name: getattr(config, item.name) for item in dataclasses.fields(config)}),
         diagnostics=result.diagnostics,
         tokenizer_report=report.to_dict() if report else {},
+        pad_to_multiple_of=call.pad_to_multiple_of,
+        keep_source_segmentation=call.keep_source_segmentation,
+        method_options=call.method_options,
+        command=extend_command(source_model=source_model, new_tokenizer=call.new_tokenizer, method=call.method,
+                               mode=call.mode, seed=call.seed, pad_to_multiple_of=call.pad_to_multiple_of,
+                               method_options=call.method_options, source_texts=call.source_texts,
+                               keep_source_segmentation=call.keep_source_segmentation),
         vocabshift_version=__version__,
     )
 
 
-def _config_summary(config: Any) -> dict[str, Any]:
-    """The method's options as JSON: objects (a helper model, word vectors, a list of lines) by a short label."""
-    summary = {}
-    for item in dataclasses.fields(config):
-        value = getattr(config, item.name)
+def _label(tokenizer: Any) -> str:
+    """How the extend command names the new tokenizer: the path or repo id given, else a placeholder."""
+    return os.fspath(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else "path/to/new-tokenizer"
+
+
+def _summary(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as JSON: objects (a helper model, word vectors, a list of lines) by a short label."""
+    summary: dict[str, Any] = {}
+    for name, value in options.items():
         if value is None or isinstance(value, (str, int, float, bool)):
-            summary[item.name] = value
+            summary[name] = value
         elif isinstance(value, os.PathLike):
-            summary[item.name] = os.fspath(value)
+            summary[name] = os.fspath(value)
         else:
             label = getattr(value, "name_or_path", None) or getattr(value, "source", None)
             size = f"{len(value)} items" if isinstance(value, (list, tuple)) else None
-            summary[item.name] = f"<{type(value).__name__}{': ' + str(label or size) if label or size else ''}>"
+            summary[name] = f"<{type(value).__name__}{': ' + str(label or size) if label or size else ''}>"
     return summary
 
 
@@ -253,43 +272,34 @@ def _id_map(alignment: Alignment) -> dict[int, int]:
     return mapping
 
 
-def _write(model: Any, embeddings: Embeddings, weights: dict[str, torch.Tensor], record: ExtensionRecord,
+def _write(model: Model, embeddings: Embeddings, weights: dict[str, torch.Tensor], record: ExtensionRecord,
            id_map: dict[int, int] | None) -> None:
     """The only writes to the model: embedding rows, head size, vocabulary size, special ids, the record."""
-    rows = weights["input"].shape[0]
+    num_rows = weights["input"].shape[0]
     if id_map is not None:  # replace mode: distillation's teacher needs the original rows
         remember_original(model)
     embeddings.input.weight.data = weights["input"]
-    embeddings.input.num_embeddings = rows
+    embeddings.input.num_embeddings = num_rows
     if embeddings.output is not None:
         embeddings.output.weight.data = weights["output"]
     if embeddings.head is not None:
-        if "bias" in weights:
-            embeddings.head.bias.data = weights["bias"]
+        if embeddings.bias is not None:
+            embeddings.bias.data = weights["bias"]
         if hasattr(embeddings.head, "out_features"):
-            embeddings.head.out_features = rows
-    model.config.get_text_config().vocab_size = rows
+            embeddings.head.out_features = num_rows
+    model.config.get_text_config().vocab_size = num_rows
     if hasattr(model, "vocab_size"):
-        model.vocab_size = rows
+        model.vocab_size = num_rows
     if id_map is not None:
         _remap_special_ids(model, embeddings, id_map)
-    setattr(model.config, CONFIG_KEY, record.to_dict())
+    set_record(model, record)
 
 
-def _remap_special_ids(model: Any, embeddings: Embeddings, id_map: dict[int, int]) -> None:
+def _remap_special_ids(model: Model, embeddings: Embeddings, id_map: dict[int, int]) -> None:
     configs = [model.config, model.config.get_text_config(), getattr(model, "generation_config", None)]
     for config in filter(None, {id(c): c for c in configs}.values()):
-        for name, value in list(vars(config).items()):
-            if name.endswith("_token_id") and value is not None:
-                setattr(config, name, _map_ids(value, id_map, name))
+        for name, value in remap_token_ids(vars(config), id_map.get).items():
+            setattr(config, name, value)
     padding = getattr(embeddings.input, "padding_idx", None)
     if padding is not None:
         embeddings.input.padding_idx = id_map.get(padding)
-
-
-def _map_ids(value: Any, id_map: dict[int, int], name: str) -> Any:
-    if isinstance(value, list):
-        return [i for i in (_map_ids(v, id_map, name) for v in value) if i is not None]
-    if value not in id_map:
-        logger.warning("%s=%s has no counterpart in the new vocabulary; it is set to None.", name, value)
-    return id_map.get(value)

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import transformers
 
+from ._typing import Tokenizer
 from .arguments import check_path
+from .embeddings import embedding_names
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import check_weight_map, read_header, read_weight_map
-from .record import CONFIG_KEY, ExtensionRecord
+from .record import ExtensionRecord, find_record, has_record
 from .vocab.load import fingerprint, load_tokenizer
 
 __all__ = ["Inspection", "inspect_folder"]
@@ -81,11 +82,11 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
     folder = check_path(folder, name="folder")
     raw, config = _read_config(folder)
     report = Inspection(folder, None)
-    if not isinstance(raw.get(CONFIG_KEY), dict):
+    if not has_record(raw):
         report.notes.append("no vocabshift record in config.json: the folder was not written after extend_vocabulary")
     else:
         try:
-            report.record = ExtensionRecord.from_dict(raw[CONFIG_KEY])
+            report.record = find_record(raw)
         except RecordError as error:
             report.problems.append(str(error))
     rows, tied = _check_embeddings(report, folder, config)
@@ -139,17 +140,6 @@ def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:
     return {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}
 
 
-def _parameter_names(config: Any) -> tuple[list[str], list[str]]:
-    """Names of the input embedding and of the output head weights, from a model built on the meta device."""
-    architecture = (config.architectures or [None])[0]
-    model_class = getattr(transformers, architecture or "", None)
-    with torch.device("meta"):
-        model = model_class(config) if model_class else transformers.AutoModel.from_config(config)
-    inputs, head = model.get_input_embeddings().weight, getattr(model.get_output_embeddings(), "weight", None)
-    named = list(model.named_parameters(remove_duplicate=False))
-    return [n for n, p in named if p is inputs], [n for n, p in named if head is not None and p is head]
-
-
 def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
     """The shape of the first of `names` stored in the files (allowing for a base-model prefix on either side)."""
     for name in names:
@@ -161,14 +151,15 @@ def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
 
 def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[int | None, bool]:
     shapes = _saved_shapes(report, folder)
-    input_names, head_names = _parameter_names(config)
-    tied = bool(head_names) and bool(set(input_names) & set(head_names))
-    rows = (_stored(shapes, input_names) or [None])[0]
-    if rows is None:
+    names = embedding_names(config)
+    input_names, head_names, tied = names.input, names.head, names.tied
+    shape = _stored(shapes, input_names)
+    if shape is None:
         report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the readable safetensors "
                                "files")
         return None, tied
-    report.facts.append(("embedding rows", f"{rows:,} x {_stored(shapes, input_names)[1]:,}"))
+    rows = shape[0]
+    report.facts.append(("embedding rows", f"{rows:,} x {shape[1]:,}"))
     head = None if tied or not head_names else _stored(shapes, [n for n in head_names if n not in input_names])
     report.facts.append(("output head", "tied to the input embeddings" if tied else
                          "none" if not head_names else f"untied, {head[0]:,} rows" if head else "untied, MISSING"))
@@ -180,7 +171,7 @@ def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[in
     return rows, tied
 
 
-def _check_sizes(report: Inspection, config: Any, tokenizer: Any, rows: int | None, tied: bool) -> None:
+def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None, tied: bool) -> None:
     vocab_size = config.get_text_config().vocab_size
     report.facts.append(("tokenizer", f"{len(tokenizer):,} tokens ({type(tokenizer).__name__})"))
     if rows is not None and vocab_size != rows:
@@ -205,7 +196,7 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Any, rows: int | No
                                    f"seed {record.seed}, from {record.source_model or '(unnamed model)'}"))
 
 
-def _check_special_ids(report: Inspection, config: Any, tokenizer: Any, rows: int | None) -> None:
+def _check_special_ids(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None) -> None:
     specials = {token: tokenizer.convert_tokens_to_ids(token) for token in tokenizer.all_special_tokens}
     report.facts.append(("special tokens", ", ".join(f"{t}={i}" for t, i in specials.items()) or "none"))
     limit = rows if rows is not None else len(tokenizer)
@@ -225,7 +216,7 @@ def _check_special_ids(report: Inspection, config: Any, tokenizer: Any, rows: in
                                 f"{tokenizer.convert_tokens_to_ids(token)}")
 
 
-def _check_round_trip(report: Inspection, tokenizer: Any) -> None:
+def _check_round_trip(report: Inspection, tokenizer: Tokenizer) -> None:
     """Decoding then re-encoding must give the same ids; the texts of new tokens must give back some new tokens."""
     new_ids = report.record.new_ids[:: max(1, len(report.record.new_ids) // 20)][:20] if report.record else []
     texts = list(SAMPLES) + [tokenizer.decode([i]) for i in new_ids]

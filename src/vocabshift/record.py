@@ -1,55 +1,55 @@
 """The ExtensionRecord: what vocabshift did to a model, stored in `config.json` under `"vocabshift"`.
 
-The model card, `propagate` and `evaluate` read it; nothing re-derives it. Long id lists (decompositions, shared
-pairs) are stored packed (zlib + base64 of little-endian int32) so that `print(model.config)` stays readable.
+This module is the only one that reads or writes that key: on a model's config (`get_record`, `set_record`, the
+`add_*` functions that append history) and in a `config.json` read as JSON (`find_record`, `require_record`,
+`store_record`). The model card, `propagate` and `evaluate` read the record; nothing re-derives it. Long id lists
+(decompositions, shared pairs) are stored packed (zlib + base64 of little-endian int32) so that `print(model.config)`
+stays readable.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import copy
 import dataclasses
-import zlib
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from .errors import RecordError
+from .packing import id_ranges, pack_ids, unpack_ids
 
-__all__ = ["CONFIG_KEY", "ExtensionRecord", "get_record", "id_ranges", "pack_ids", "unpack_ids"]
+__all__ = [
+    "CONFIG_KEY",
+    "OUTPUT_PLACEHOLDER",
+    "ExtensionRecord",
+    "add_cpt_entry",
+    "add_evaluation",
+    "extend_command",
+    "find_record",
+    "get_record",
+    "has_record",
+    "id_ranges",
+    "new_ids_of",
+    "no_record_error",
+    "note_command",
+    "note_objective",
+    "pack_ids",
+    "propagated",
+    "require_record",
+    "set_record",
+    "store_record",
+    "unpack_ids",
+]
 
 CONFIG_KEY = "vocabshift"
-
-
-def pack_ids(ids: Iterable[int]) -> str:
-    """Pack a list of ints into a short ASCII string."""
-    return base64.b64encode(zlib.compress(np.asarray(list(ids), dtype="<i4").tobytes(), 9)).decode("ascii")
-
-
-def unpack_ids(packed: str) -> list[int]:
-    """Inverse of `pack_ids`.
-
-    Raises:
-        `RecordError`: `packed` was not written by `pack_ids` (a hand-edited or truncated record).
-    """
-    try:
-        return np.frombuffer(zlib.decompress(base64.b64decode(packed, validate=True)), dtype="<i4").tolist()
-    except (binascii.Error, zlib.error, ValueError, TypeError) as error:
-        raise RecordError(f"A packed id list of the vocabshift record is corrupted ({type(error).__name__}: "
-                          f"{error}): the record is damaged; re-run extend_vocabulary.") from None
-
-
-def id_ranges(ids: Sequence[int]) -> list[list[int]]:
-    """Sorted ids as `[start, stop)` ranges: `[3, 4, 5, 9]` -> `[[3, 6], [9, 10]]`."""
-    ranges: list[list[int]] = []
-    for i in ids:
-        if ranges and ranges[-1][1] == i:
-            ranges[-1][1] = i + 1
-        else:
-            ranges.append([i, i + 1])
-    return ranges
+# The output folder of an extend command run from Python, where the record cannot know it: the card puts its own.
+OUTPUT_PLACEHOLDER = "OUTPUT_DIR"
+# Keys of records written by earlier versions -> their name now.
+_RENAMED = {"target_tokenizer_sha256": "new_tokenizer_sha256"}
 
 
 @dataclass
@@ -57,7 +57,8 @@ class ExtensionRecord:
     """What was done to a model's vocabulary.
 
     Attributes:
-        method / method_config / diagnostics: the initialization method, its options and its summary figures.
+        method / method_config / diagnostics: the initialization method, its options (every field of its config,
+            defaults included) and its summary figures.
         mode (`str`): `"extend"` or `"replace"`.
         seed (`int`): the seed of every random draw.
         source_model / source_revision: where the model came from (`name_or_path`, commit hash when known).
@@ -67,10 +68,16 @@ class ExtensionRecord:
         new_token_ranges (`list[list[int]]`): `[start, stop)` ranges of the ids initialized by the method.
         special_tokens (`dict[str, int]`): special token -> id in the new vocabulary.
         tokenizer_report (`dict`): the tokenizer merge report (extend mode).
-        source_tokenizer_sha256 / target_tokenizer_sha256 / tokenizer_sha256: fingerprints of the model's old
-            tokenizer, of the tokenizer given as `new_tokenizer`, and of the tokenizer that now matches the model.
+        source_tokenizer_sha256 / new_tokenizer_sha256 / tokenizer_sha256: fingerprints (`vocab.fingerprint`) of
+            the model's old tokenizer, of the tokenizer given as `new_tokenizer`, and of the tokenizer that now
+            matches the model (merged in extend mode). Records of vocabshift 0.1 call the second one
+            `target_tokenizer_sha256`; they are read all the same.
         decompositions (`dict[str, str]`): packed `lengths` and `ids` of each new token's pieces (old ids).
         shared (`str`): packed `(new_id, old_id)` pairs of copied rows; empty in extend mode (identity on old ids).
+        pad_to_multiple_of (`int | None`) / keep_source_segmentation (`bool`) / method_options (`dict`): the
+            options of the `extend_vocabulary` call as given (method options as JSON, objects by a short label).
+        command (`list[str]`): the `vocabshift extend` command that reproduces the call: the one run, or, for a call
+            from Python, its equivalent with `OUTPUT_DIR` for the output folder. Empty in records before 0.2.
         cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here.
         evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`).
     """
@@ -88,13 +95,17 @@ class ExtensionRecord:
     new_token_ranges: list[list[int]]
     special_tokens: dict[str, int]
     source_tokenizer_sha256: str
-    target_tokenizer_sha256: str
+    new_tokenizer_sha256: str
     tokenizer_sha256: str
     decompositions: dict[str, str]
     shared: str = ""
     method_config: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
     tokenizer_report: dict[str, Any] = field(default_factory=dict)
+    pad_to_multiple_of: int | None = None
+    keep_source_segmentation: bool = False
+    method_options: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
     cpt: list[dict[str, Any]] = field(default_factory=list)
     propagation: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
@@ -122,12 +133,13 @@ class ExtensionRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExtensionRecord:
-        """Read a record; unknown keys (from a newer vocabshift) are ignored.
+    def from_dict(cls, data: Mapping[str, Any]) -> ExtensionRecord:
+        """Read a record; unknown keys (from a newer vocabshift) are ignored, renamed ones read under their new name.
 
         Raises:
             `RecordError`: if required keys are missing.
         """
+        data = {_RENAMED.get(key, key): value for key, value in data.items()}
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                     and f.default_factory is dataclasses.MISSING}
@@ -137,17 +149,136 @@ class ExtensionRecord:
         return cls(**{key: value for key, value in data.items() if key in names})
 
 
+def no_record_error(what: str, fix: str) -> RecordError:
+    """The one error for a model or folder without a record: `what` names it, `fix` says what to pass instead."""
+    return RecordError(f"{what} carries no vocabshift record (config.json has no {CONFIG_KEY!r} key): {fix}")
+
+
+def _data(source: Any) -> Any:
+    """The raw record of a model, a config object or a config.json dict (None when absent)."""
+    if isinstance(source, Mapping):
+        return source.get(CONFIG_KEY)
+    return getattr(getattr(source, "config", source), CONFIG_KEY, None)
+
+
+def has_record(source: Any) -> bool:
+    """Whether a model, its config or a config.json dict carries a record."""
+    return isinstance(_data(source), dict)
+
+
+def find_record(source: Any) -> ExtensionRecord | None:
+    """The record of a model, a config or a config.json dict; None when there is none.
+
+    Raises:
+        `RecordError`: the record is there but damaged.
+    """
+    return ExtensionRecord.from_dict(_data(source)) if has_record(source) else None
+
+
+def require_record(source: Any, *, what: str, fix: str) -> ExtensionRecord:
+    """`find_record`, refusing a source without a record with `no_record_error(what, fix)`."""
+    record = find_record(source)
+    if record is None:
+        raise no_record_error(what, fix)
+    return record
+
+
 def get_record(model: Any) -> ExtensionRecord:
     """The ExtensionRecord of a model (or of a config) changed by `extend_vocabulary`.
 
     Raises:
         `RecordError`: if the model was not changed by vocabshift.
     """
-    config = getattr(model, "config", model)
-    data = getattr(config, CONFIG_KEY, None)
+    return require_record(model, what=type(model).__name__,
+                          fix="call model.extend_vocabulary(...) first, or load a model saved after it.")
+
+
+def new_ids_of(source: Any, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """The ids `extend_vocabulary` initialized (a sorted int64 tensor on `device`), None without a record."""
+    record = find_record(source)
+    return None if record is None else torch.tensor(record.new_ids, dtype=torch.long, device=device)
+
+
+def set_record(model: Any, record: ExtensionRecord) -> None:
+    """Store `record` in `model.config` (replacing any earlier one); `save_pretrained` writes it to config.json."""
+    setattr(model.config, CONFIG_KEY, record.to_dict())
+
+
+def store_record(config: dict[str, Any], source: Any) -> None:
+    """Put the record of `source` (a record, or a model that carries one) into a config.json dict, as it is."""
+    data = source.to_dict() if isinstance(source, ExtensionRecord) else copy.deepcopy(_data(source))
     if not isinstance(data, dict):
-        raise RecordError(
-            f"{type(model).__name__} carries no vocabshift record (config.json has no {CONFIG_KEY!r} key): "
-            "call model.extend_vocabulary(...) first, or load a model saved after it."
-        )
-    return ExtensionRecord.from_dict(data)
+        raise no_record_error(type(source).__name__, "call model.extend_vocabulary(...) first.")
+    config[CONFIG_KEY] = data
+
+
+def _history(model: Any, key: str) -> list[dict[str, Any]] | None:
+    data = _data(model)
+    return data.setdefault(key, []) if isinstance(data, dict) else None
+
+
+def add_cpt_entry(model: Any, entry: Mapping[str, Any]) -> bool:
+    """Append one embedding-only training run to the record's `cpt` history.
+
+    Returns:
+        False (and does nothing) if the model carries no record.
+    """
+    history = _history(model, "cpt")
+    if history is None:
+        return False
+    history.append(dict(entry))
+    return True
+
+
+def note_objective(model: Any, objective: Mapping[str, Any]) -> bool:
+    """Note the training objective in the last `cpt` entry; False (nothing done) without a record or a CPT entry."""
+    history = _history(model, "cpt")
+    if not history:
+        return False
+    history[-1]["objective"] = dict(objective)
+    return True
+
+
+def add_evaluation(model: Any, entry: Mapping[str, Any]) -> None:
+    """Append one held-out evaluation to the record's `evaluations`.
+
+    Raises:
+        `RecordError`: if the model carries no record.
+    """
+    get_record(model)
+    history = _history(model, "evaluations")
+    assert history is not None
+    history.append(dict(entry))
+
+
+def note_command(model: Any, words: Sequence[str]) -> None:
+    """Replace the record's `command` by the one that was run (the `vocabshift extend` command line)."""
+    get_record(model)
+    _data(model)["command"] = list(words)
+
+
+def propagated(record: ExtensionRecord, entry: Mapping[str, Any], *, tokenizer_sha256: str, vocab_size: int,
+               num_rows: int, special_tokens: dict[str, int]) -> ExtensionRecord:
+    """The record of a model that received `record`'s rows by propagation: its tokenizer and rows, one more
+    `propagation` entry."""
+    return dataclasses.replace(record, new_vocab_size=vocab_size, new_num_rows=num_rows,
+                               tokenizer_sha256=tokenizer_sha256, special_tokens=special_tokens,
+                               propagation=[*record.propagation, dict(entry)])
+
+
+def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: str, seed: int,
+                   pad_to_multiple_of: int | None, method_options: Mapping[str, Any],
+                   keep_source_segmentation: bool, source_texts: bool) -> list[str]:
+    """The `vocabshift extend` command equivalent to an `extend_vocabulary` call (output: `OUTPUT_PLACEHOLDER`).
+
+    `source_texts` says whether lines were given (the command then names a file to write them into).
+    """
+    words = ["vocabshift", "extend", source_model or "path/to/base-model", new_tokenizer, OUTPUT_PLACEHOLDER,
+             "--method", method, "--mode", mode, "--seed", str(seed)]
+    if pad_to_multiple_of is not None:
+        words += ["--pad-to-multiple-of", str(pad_to_multiple_of)]
+    for key, value in sorted(method_options.items()):
+        words += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    if source_texts:
+        words += ["--source-texts", "path/to/source-texts.txt"]
+    return words + ["--keep-source-segmentation"] * keep_source_segmentation

@@ -7,10 +7,14 @@ import os
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from .errors import InvalidArgumentError, MethodOptionError, UnknownMethodError
+
+if TYPE_CHECKING:  # methods import this module to register themselves: the Protocol is for the type checker only
+    from .methods.base import InitMethod
 
 __all__ = ["MethodSpec", "build_config", "get_method", "list_methods", "method_table", "register_method"]
 
@@ -22,7 +26,7 @@ class MethodSpec:
     """A registered method: `function(context, config) -> InitResult` and its metadata."""
 
     name: str
-    function: Callable[..., Any]
+    function: InitMethod
     config_class: type
     pretty_name: str
     paper_url: str | None
@@ -34,7 +38,7 @@ _METHODS: dict[str, MethodSpec] = {}
 
 def register_method(
     name: str, *, config_class: type, pretty_name: str, paper_url: str | None = None, summary: str = ""
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[InitMethod], InitMethod]:
     """Register an initialization method under `name` (decorator).
 
     Args:
@@ -55,7 +59,7 @@ def register_method(
     if params is None or not params.frozen:
         raise InvalidArgumentError(f"config_class for {name!r} must be a frozen dataclass, got {config_class!r}.")
 
-    def decorator(function: Callable[..., Any]) -> Callable[..., Any]:
+    def decorator(function: InitMethod) -> InitMethod:
         _METHODS[name] = MethodSpec(name, function, config_class, pretty_name, paper_url, summary)
         return function
 

@@ -1,4 +1,4 @@
-"""Atomic folder outputs: write into a temporary sibling folder, then swap it into place in one step.
+"""Atomic outputs: write into a temporary sibling (folder or file), then swap it into place in one step.
 
 A failure or a kill (even SIGKILL) at any moment leaves the previous output as it was: the swap is one
 `renameat2(RENAME_EXCHANGE)` on Linux, or a plain rename when there was no previous output. Elsewhere (or on a
@@ -18,12 +18,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from ._typing import Model, Tokenizer
 from .arguments import check_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError
 
-__all__ = ["atomic_folder", "save_pretrained_atomic"]
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "save_pretrained_atomic"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,28 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def save_pretrained_atomic(model: Any, tokenizer: Any, folder: str | os.PathLike, *,
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of the file `path` (`.NAME.partial`) to write; on success it replaces `path` in one
+    rename, on an exception it is deleted and `path` is untouched."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        yield partial
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically (`atomic_file`)."""
+    with atomic_file(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.PathLike, *,
                            max_shard_size: int | str | None = None) -> Path:
     """`model.save_pretrained` + `tokenizer.save_pretrained` into `folder`, atomically.
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
+from ._typing import Tokenizer
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
@@ -92,18 +93,20 @@ class WordVectors:
         A key has a vector when it is in the vocabulary, or, with `compose=True` and a fastText model, when its
         character n-grams give a non-zero vector (how fastText embeds unseen words).
         """
-        index = np.array([self._index.get(key, -1) for key in keys], dtype=np.int64)  # None is never a word
+        index = np.array([-1 if key is None else self._index.get(key, -1) for key in keys], dtype=np.int64)
         found = index >= 0
         out = np.zeros((len(keys), self.dim), dtype=np.float32)
         out[found] = self.vectors[index[found]]
         if compose and self._model is not None:
-            for row in np.flatnonzero(~found):
-                if keys[row] is not None:
-                    out[row] = self._model.get_word_vector(keys[row])
+            for row in np.flatnonzero(~found).tolist():
+                key = keys[row]
+                if key is not None:
+                    out[row] = self._model.get_word_vector(key)
                     found[row] = bool(np.any(out[row]))
         return out, found
 
-    def token_keys(self, forms: Sequence[TokenForm], family: Family, level: Literal["token", "word"]) -> list[str | None]:
+    def token_keys(self, forms: Sequence[TokenForm], family: Family, level: Literal["token", "word"]
+                   ) -> list[str | None]:
         """The key of each token: its token string in `family` (token level) or its text without the word-start
         space (word level); None for special tokens and tokens that are not whole UTF-8 text."""
         keys: list[str | None] = []
@@ -123,7 +126,8 @@ class WordVectors:
         if level == "auto":  # a file without metadata: token strings carry word-start or continuation markers
             marked = sum(word.startswith(_MARKERS) for word in self.words)
             level = "token" if marked >= 0.1 * len(self) else "word"
-            logger.info("Word vectors %s read at %s level (%d of %d keys marked).", self.source, level, marked, len(self))
+            logger.info("Word vectors %s read at %s level (%d of %d keys marked).", self.source, level, marked,
+                        len(self))
         keys = self.token_keys(forms, self.family or family, level)
         vectors, found = self.lookup(keys, compose=level == "word")
         return vectors, found, level
@@ -190,7 +194,8 @@ def train_word_vectors(
     return load_word_vectors(path)
 
 
-def _train(corpus: Any, tokenizer: Any, settings: dict[str, Any], meta: dict[str, Any], path: Path) -> None:
+def _train(corpus: Any, tokenizer: Tokenizer | None, settings: dict[str, Any], meta: dict[str, Any], path: Path
+           ) -> None:
     """Write the (tokenized) corpus to a temporary file, train, then move model and metadata into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".train-") as folder:
@@ -214,7 +219,7 @@ def _train(corpus: Any, tokenizer: Any, settings: dict[str, Any], meta: dict[str
         os.replace(model, path)
 
 
-def _write_training_text(corpus: Any, tokenizer: Any, text: Path, count: int) -> None:
+def _write_training_text(corpus: Any, tokenizer: Tokenizer | None, text: Path, count: int) -> None:
     backend = tokenizer.backend_tokenizer if tokenizer is not None else None
     desc = "Tokenizing corpus for fastText" if backend else "Writing corpus for fastText"
     with text.open("w", encoding="utf-8") as out, tqdm(total=count, desc=desc, leave=False) as bar:
@@ -275,7 +280,8 @@ def _read_bin(path: Path) -> tuple[list[str], np.ndarray, Any]:
     except (ValueError, RuntimeError, OSError) as error:
         raise WordVectorsError(f"word_vectors={str(path)!r} is not a fastText .bin model: {error}.") from None
     words = [word for word in model.get_words(on_unicode_error="replace") if word != "</s>"]
-    vectors = np.stack([model.get_word_vector(word) for word in words]) if words else np.zeros((0, model.get_dimension()))
+    vectors = (np.stack([model.get_word_vector(word) for word in words]) if words
+               else np.zeros((0, model.get_dimension())))
     return words, vectors, model
 
 

@@ -15,8 +15,9 @@ import vocabshift
 
 source, output = Path(sys.argv[1]), Path(sys.argv[2])
 model = AutoModelForCausalLM.from_pretrained(source).train()
-args = TrainingArguments(output_dir=str(output), max_steps=5, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                         learning_rate=1e-2, weight_decay=0.1, lr_scheduler_type="constant", logging_steps=1,
+args = TrainingArguments(output_dir=str(output), max_steps=5, per_device_train_batch_size=2,
+                         gradient_accumulation_steps=2, learning_rate=1e-2, weight_decay=0.1,
+                         lr_scheduler_type="constant", logging_steps=1,
                          report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
 trainer = Trainer(model=model, args=args, train_dataset=torch.load(source / "blocks.pt"),
                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])

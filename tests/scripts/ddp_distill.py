@@ -20,7 +20,8 @@ args = TrainingArguments(output_dir=str(output), max_steps=4, per_device_train_b
 trainer = vocabshift.DistillationTrainer(
     model=model, args=args, train_dataset=json.loads((source / "texts.json").read_text()),
     processing_class=AutoTokenizer.from_pretrained(source), teacher_tokenizer=AutoTokenizer.from_pretrained(
-        source / "teacher"), max_length=32, weights=vocabshift.DistillationWeights(hidden=1, chunk=1, next_piece=1, next_token=1),
+        source / "teacher"), max_length=32,
+    weights=vocabshift.DistillationWeights(hidden=1, chunk=1, next_piece=1, next_token=1),
     callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
 trainer.train()
 if trainer.is_world_process_zero():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UnknownMethodError
-from ..record import ExtensionRecord
+from ..record import OUTPUT_PLACEHOLDER, ExtensionRecord
 from ..registry import get_method
 from ..training.evaluation import Evaluation
 from ._tables import Table, cell, tables
@@ -83,20 +84,19 @@ def _lineage(record: ExtensionRecord) -> list[str]:
     return chains
 
 
-def _pad_multiple(record: ExtensionRecord) -> int | None:
-    """A `--pad-to-multiple-of` giving exactly the recorded row count (the record keeps the count, not the option):
-    the largest power of two that does, else the count itself; None when rows were not padded."""
-    unpadded = max(record.new_vocab_size, record.old_num_rows) if record.mode == "extend" else record.new_vocab_size
-    rows = record.new_num_rows
-    if rows == unpadded:
-        return None
-    fitting = [2**k for k in range(1, rows.bit_length()) if -(-unpadded // 2**k) * 2**k == rows]
-    return fitting[-1] if fitting else rows
-
-
-def _option(key: str, value: Any) -> str:
-    text = value if isinstance(value, str) else cell(value).replace("yes", "true").replace("no", "false")
-    return f"--option {key}={text}" if " " not in str(text) else f"--option '{key}={text}'"
+def _extend_lines(record: ExtensionRecord, output: str) -> list[str]:
+    """The record's `vocabshift extend` command, one flag per line (`output` for a call made from Python, whose
+    output folder the record cannot know)."""
+    if not record.command:
+        return [f"# the extend command is not in this record (vocabshift {record.vocabshift_version or '< 0.2'}): "
+                "method, mode and seed are in the table above"]
+    words = [output if word == OUTPUT_PLACEHOLDER else word for word in record.command]
+    lines: list[list[str]] = [[]]
+    for word in words:
+        if word.startswith("--"):
+            lines.append([])
+        lines[-1].append(shlex.quote(word))
+    return [" \\\n    ".join(" ".join(line) for line in lines)]
 
 
 def _card_command(output: str, options: dict[str, Any]) -> str:
@@ -108,20 +108,14 @@ def _card_command(output: str, options: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _reproduce(record: ExtensionRecord, method: dict[str, Any], output: str, repo_id: str,
-               card_options: dict[str, Any]) -> list[str]:
+def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options: dict[str, Any]) -> list[str]:
     adapted = hub_id(record.propagation[-1].get("adapted")) if record.propagation else None
     extended = adapted.split("/")[-1] if adapted else output
-    command = [f"vocabshift extend {record.source_model or 'path/to/base-model'} path/to/new-tokenizer {extended}",
-               f"--method {record.method}", f"--mode {record.mode}", f"--seed {record.seed}"]
-    multiple = _pad_multiple(record)
-    if multiple:
-        command.append(f"--pad-to-multiple-of {multiple}")
-    command += [_option(k, v) for k, v in sorted(method["options"].items())]
     version = f"=={record.vocabshift_version}" if record.vocabshift_version else ""
     lines = [f"pip install vocabshift{version}",
-             f"# new tokenizer: the one whose tokenizer.json has sha256 {record.target_tokenizer_sha256[:16]}…",
-             " \\\n    ".join(command)]
+             f"# new tokenizer: the one whose vocabulary fingerprint (sha256 of its sorted (id, token) pairs, "
+             f"vocabshift.vocab.fingerprint) starts {record.new_tokenizer_sha256[:16]}…",
+             *_extend_lines(record, extended)]
     steps = (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation))
     for step, entries in steps:
         commands = [entry["command"] for entry in entries if isinstance(entry.get("command"), str)]
@@ -169,7 +163,7 @@ def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str |
         "repo_id": repo_id,
         "auto_class": _AUTO_CLASSES.get(pipeline_tag or "", "AutoModel"),
         "causal": pipeline_tag == "text-generation",
-        "reproduce": _reproduce(record, method, title, repo_id, card_options),
+        "reproduce": _reproduce(record, title, repo_id, card_options),
         "limits": _limits(record),
         "versions": [("vocabshift", record.vocabshift_version or "unknown"),
                      ("transformers", transformers_version or "unknown")],

@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import httpx
 
 from ..errors import ModelFolderError, RecordError
-from ..record import CONFIG_KEY, ExtensionRecord
+from ..record import ExtensionRecord, require_record
 from ._body import body, hub_id
 
 __all__ = ["model_card"]
@@ -66,11 +66,8 @@ def model_card(
         ```
     """
     config, folder, name = _source(folder_or_model)
-    raw = config.get(CONFIG_KEY)
-    if not isinstance(raw, dict):
-        raise RecordError(f"{name} carries no vocabshift record (config.json has no {CONFIG_KEY!r} key): "
-                          "a card can only describe a model saved after extend_vocabulary.")
-    record = ExtensionRecord.from_dict(raw)
+    record = require_record(config, what=name,
+                            fix="a card can only describe a model saved after extend_vocabulary.")
     base = base_model or _default_base(record)
     data = _metadata(record, config, base, language, license, datasets)
     plots = sorted(p.name for p in folder.glob("*.png")) if folder else []
@@ -108,8 +105,9 @@ def _source(folder_or_model: Any) -> tuple[dict[str, Any], Path | None, str]:
 def _default_base(record: ExtensionRecord) -> str | list[str] | None:
     last = record.propagation[-1] if record.propagation else {}
     parents = [hub_id(last.get(key)) for key in ("instruct", "adapted")]
-    if all(parents):
-        return parents
+    found = [parent for parent in parents if parent is not None]
+    if len(found) == len(parents):
+        return found
     return hub_id(record.source_model)
 
 

@@ -85,7 +85,7 @@ def push_to_hub(
     if revision is not None:
         api.create_branch(repo_id, branch=revision, exist_ok=True)
     head = api.repo_info(repo_id, revision=revision, files_metadata=False)
-    remote = [sibling.rfilename for sibling in head.siblings or []]
+    remote = [sibling.rfilename for sibling in getattr(head, "siblings", None) or []]
     info = api.create_commit(repo_id, operations=_operations(folder, files, card, remote), revision=revision,
                              parent_commit=head.sha,
                              commit_message=commit_message or f"Upload {folder.resolve().name} with vocabshift")

@@ -2,7 +2,7 @@
 
 Anchors are shared tokens (same canonical form in the old and the target vocabulary) that belong to the new
 tokenizer and have a word vector; specials never do. In extend mode every old token is "shared", and FOCUS keeps
-only those in the language-specific tokenizer, which is what `new_tokenizer` is for.
+only those in the language-specific tokenizer, whose forms travel in the alignment (`new_tokenizer_forms`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from typing import Any
 import torch
 
 from ..errors import MethodOptionError, WordVectorsError
-from ..vocab.forms import token_forms
-from ..wordvectors import WordVectors, load_word_vectors, train_word_vectors
+from ..wordvectors import WordVectors
 from .base import InitContext
 
-__all__ = ["TokenSpace", "check_vector_options", "resolve_word_vectors", "token_space"]
+__all__ = ["TokenSpace", "check_vector_options", "token_space"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +35,6 @@ def check_vector_options(method: str, word_vectors: Any, corpus: Any) -> None:
             f"vocabshift.WordVectors) and corpus=... (target-language text: a UTF-8 file path or a list of strings, "
             f"to train token-level fastText on); {given} given."
         )
-
-
-def resolve_word_vectors(context: InitContext, word_vectors: Any, corpus: Any) -> WordVectors:
-    """The given vectors, loaded from a file, or trained (cached) on `corpus` cut by the new tokenizer."""
-    if isinstance(word_vectors, WordVectors):
-        return word_vectors
-    if word_vectors is not None:
-        return load_word_vectors(word_vectors)
-    return train_word_vectors(corpus, tokenizer=context.new_tokenizer or context.target_tokenizer)
 
 
 @dataclass(frozen=True)
@@ -83,8 +73,8 @@ def token_space(context: InitContext, vectors: WordVectors) -> TokenSpace:
     """
     alignment = context.alignment
     family = alignment.target_family
-    language = context.new_tokenizer
-    in_language = {form.key for form in token_forms(language)} if language is not None else None
+    language = alignment.new_tokenizer_forms
+    in_language = {form.key for form in language} if language is not None else None
     forms = alignment.target_forms
     shared = [(t, s) for t, s in alignment.shared if not forms[t].special and not forms[t].added
               and (in_language is None or forms[t].key in in_language)]

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
+from .._typing import Tokenizer
+from ..errors import MethodOptionError
 from ..vocab.align import Alignment
 from ..vocab.forms import TokenForm
 
-__all__ = ["InitContext", "InitResult", "combine_rows", "draw", "median_norm", "per_dimension_normal", "per_side",
-           "precise"]
+__all__ = ["InitContext", "InitMethod", "InitResult", "combine_rows", "draw", "median_norm", "per_dimension_normal",
+           "per_side", "precise", "resolved", "side_rows", "with_fallback"]
+
+T = TypeVar("T")
 
 _BLOCK = 8192
 
@@ -36,23 +40,28 @@ class InitContext:
         seed (`int`): seed for every random draw, through `generator()`.
         tied (`bool`): the input rows also serve as the output head (tied embeddings).
         new_tokenizer: the target-language tokenizer as the user gave it (before merging in extend mode), whose
-            ids index a helper model's rows and whose tokens cut a corpus for token-level word vectors; None when
-            not known, then `target_tokenizer` stands in.
+            ids index a helper model's rows; its tokens' forms are `alignment.new_tokenizer_forms`. None when not
+            known, then `target_tokenizer` stands in.
     """
 
     source_input: torch.Tensor
     source_output: torch.Tensor | None
     alignment: Alignment
-    source_tokenizer: Any
-    target_tokenizer: Any
+    source_tokenizer: Tokenizer
+    target_tokenizer: Tokenizer
     seed: int
     tied: bool = False
-    new_tokenizer: Any = None
+    new_tokenizer: Tokenizer | None = None
 
     @property
     def new_forms(self) -> list[TokenForm]:
         """Canonical forms of the tokens to initialize, in the order of `alignment.new_ids`."""
         return [self.alignment.target_forms[i] for i in self.alignment.new_ids]
+
+    @property
+    def matrices(self) -> list[torch.Tensor]:
+        """The old rows of each side: the input rows and, when the head is untied, the output rows."""
+        return [self.source_input] + ([] if self.source_output is None else [self.source_output])
 
     @property
     def num_new(self) -> int:
@@ -95,15 +104,54 @@ class InitResult:
     output_rows: torch.Tensor | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_sides(cls, rows: Sequence[torch.Tensor], diagnostics: dict[str, Any] | None = None) -> InitResult:
+        """A result from the rows of each side, in the order of `InitContext.matrices`."""
+        return cls(rows[0], rows[1] if len(rows) > 1 else None, diagnostics or {})
+
+
+class InitMethod(Protocol):
+    """What `register_method` registers: a pure function from the context and the method's config to rows."""
+
+    def __call__(self, context: InitContext, config: Any, /) -> InitResult: ...
+
+
+def side_rows(context: InitContext, make: Callable[[torch.Tensor, torch.Generator], T]) -> list[T]:
+    """`make(old_rows, generator)` for each of `context.matrices` (input, then an untied output).
+
+    The sides draw from independent generators, seeded from the context's seed (offsets 0 and 1).
+    """
+    return [make(matrix, context.generator(offset)) for offset, matrix in enumerate(context.matrices)]
+
 
 def per_side(context: InitContext, make: Callable[[torch.Tensor, torch.Generator], torch.Tensor]) -> InitResult:
-    """Rows from `make(old_rows, generator)` for the input side and, when untied, the output side.
+    """An `InitResult` of `side_rows(context, make)`."""
+    return InitResult.from_sides(side_rows(context, make))
 
-    The two sides draw from independent generators, both seeded from the context's seed.
+
+def with_fallback(matrix: torch.Tensor, found: torch.Tensor, rows: torch.Tensor, generator: torch.Generator
+                  ) -> torch.Tensor:
+    """`(len(found), hidden)` rows: `rows` where `found`, N(mean, std) of `matrix`'s columns elsewhere."""
+    out = torch.empty(len(found), rows.shape[1], device=matrix.device)
+    out[found] = rows
+    out[~found] = per_dimension_normal(matrix, int((~found).sum()), generator)
+    return out
+
+
+def resolved(value: Any, expected: type[T], *, option: str, method: str) -> T:
+    """`value` once it is what `vocabshift.inputs.resolve_inputs` makes of option `option` (loaded vectors, a
+    helper matrix): methods read no file and train nothing themselves.
+
+    Raises:
+        `MethodOptionError`: `value` is still a path, a corpus or a model (the method was called directly).
     """
-    rows = make(context.source_input, context.generator())
-    output = context.source_output
-    return InitResult(rows, None if output is None else make(output, context.generator(offset=1)))
+    if not isinstance(value, expected):
+        raise MethodOptionError(
+            f"Method {method!r} got {option} as a {type(value).__name__}, not a {expected.__name__}: call it "
+            "through extend_vocabulary, or resolve its options first with vocabshift.inputs.resolve_inputs(config, "
+            "new_tokenizer) (which loads files, trains word vectors and reads the helper's matrix)."
+        )
+    return value
 
 
 def per_dimension_normal(matrix: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -114,7 +162,7 @@ def per_dimension_normal(matrix: torch.Tensor, count: int, generator: torch.Gene
 
 def column_std_mean(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column standard deviation (unbiased) and mean, as float32: blockwise sums of the rows minus the first
-    block's mean (against cancellation) by matrix products, four times faster than `torch.std_mean(dim=0)`."""
+    block's mean (against cancellation) by matrix products, which is faster than `torch.std_mean(dim=0)`."""
     width, count, device = matrix.shape[1], matrix.shape[0], matrix.device
     shift = matrix[:_BLOCK].float().mean(dim=0)
     wide = precise(device)
@@ -138,7 +186,8 @@ def median_norm(matrix: torch.Tensor, rows: Sequence[int] | None = None) -> floa
     return float(torch.cat(norms).median()) if norms else float("nan")
 
 
-def combine_rows(matrix: torch.Tensor, pieces: Sequence[Sequence[int]], weights: Sequence[Sequence[float]]) -> torch.Tensor:
+def combine_rows(matrix: torch.Tensor, pieces: Sequence[Sequence[int]], weights: Sequence[Sequence[float]]
+                 ) -> torch.Tensor:
     """Row i = sum_j weights[i][j] * matrix[pieces[i][j]], as one sparse product (rows without pieces are zero)."""
     device = matrix.device
     lengths = torch.tensor([len(p) for p in pieces], dtype=torch.long, device=device)

@@ -12,13 +12,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from ..errors import MethodOptionError
 from ..registry import register_method
 from ..wordvectors import WordVectors
-from .anchors import check_vector_options, resolve_word_vectors, token_space
-from .base import InitContext, InitResult, per_dimension_normal
+from .anchors import check_vector_options, token_space
+from .base import InitContext, InitResult, resolved, side_rows, with_fallback
 from .neighbors import sparsemax_neighbors, summarize
 
 __all__ = ["FocusConfig", "init_focus"]
@@ -32,7 +30,8 @@ class FocusConfig:
         word_vectors (*optional*): fastText vectors: a `.bin` / `.vec` path or a `WordVectors`, token level (trained
             on text cut by the new tokenizer) or word level (e.g. `cc.ru.300.bin`).
         corpus (*optional*): target-language text (a UTF-8 file path or a list of strings) to train token-level
-            fastText on with `train_word_vectors` (cached).
+            fastText on with `train_word_vectors` (cached). `extend_vocabulary` loads or trains the vectors before
+            the method runs (`vocabshift.inputs.resolve_inputs`); the method itself takes them loaded.
         temperature (`float`, defaults to 1.0): similarities are divided by it before sparsemax. FOCUS uses none
             (1.0); flat word-level similarities spread weight over thousands of tokens, which a smaller value
             (e.g. 0.05) prevents.
@@ -57,22 +56,17 @@ class FocusConfig:
 )
 def init_focus(context: InitContext, config: FocusConfig) -> InitResult:
     """Initialize new rows as FOCUS combinations of anchor rows; tokens without a vector get random rows."""
-    vectors = resolve_word_vectors(context, config.word_vectors, config.corpus)
+    vectors = resolved(config.word_vectors, WordVectors, option="word_vectors", method="focus")
     space = token_space(context, vectors)
     found = space.new_found
     weights = sparsemax_neighbors(space.new_vectors[found], space.anchor_vectors, temperature=config.temperature,
                                   desc="FOCUS similarities")
-    matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
-    rows = []
-    for offset, matrix in enumerate(matrices):
-        out = torch.empty(context.num_new, matrix.shape[1], device=matrix.device)
-        out[found] = weights.apply(matrix, space.anchor_source_ids)
-        out[~found] = per_dimension_normal(matrix, int((~found).sum()), context.generator(offset))
-        rows.append(out)
+    rows = side_rows(context, lambda matrix, generator: with_fallback(
+        matrix, found, weights.apply(matrix, space.anchor_source_ids), generator))
     diagnostics = {
         **space.describe(),
         "random_fallback": int((~found).sum()),
         "support_size": summarize(weights.support_sizes().float()),
         "word_vectors": vectors.describe(),
     }
-    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)
+    return InitResult.from_sides(rows, diagnostics)

@@ -42,7 +42,15 @@ class _Hypernetwork(nn.Module):
             self.lstm = nn.LSTM(dim, hidden, batch_first=True, bidirectional=True)
         else:
             self.phi = nn.Sequential(nn.Linear(dim, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, 2 * hidden))
-        self.head = nn.Sequential(nn.Linear(2 * hidden, 2 * out), nn.GELU(), nn.Dropout(_DROPOUT), nn.Linear(2 * out, out))
+        self.head = nn.Sequential(nn.Linear(2 * hidden, 2 * out), nn.GELU(), nn.Dropout(_DROPOUT),
+                                  nn.Linear(2 * out, out))
+        self.out_features = out
+
+    @property
+    def device(self) -> torch.device:
+        scale = self.scale
+        assert isinstance(scale, torch.Tensor)
+        return scale.device
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         x = self.words(ids)
@@ -88,7 +96,7 @@ def _batches(sets: list[torch.Tensor], generator: torch.Generator) -> list[torch
     """Shuffled batches of similar lengths (groups of 20 batches sorted by length), so LSTMs pad little."""
     order = torch.randperm(len(sets), generator=generator, device="cpu")
     group = 20 * _BATCH
-    batches = []
+    batches: list[torch.Tensor] = []
     for start in range(0, len(order), group):
         chunk = order[start : start + group]
         chunk = chunk[torch.argsort(torch.tensor([len(sets[i]) for i in chunk], device="cpu"), stable=True)]
@@ -100,7 +108,7 @@ def _batches(sets: list[torch.Tensor], generator: torch.Generator) -> list[torch
 class TrainResult:
     """A trained hypernetwork and how training went."""
 
-    model: nn.Module
+    model: _Hypernetwork
     epochs: int
     best_validation_loss: float
     stopped_early: bool
@@ -121,11 +129,13 @@ def train_hypernetwork(word_vectors: torch.Tensor, sets: list[torch.Tensor], tar
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         with torch.device("cpu"):
-            model = _Hypernetwork(word_vectors, encoder, hidden, targets.shape[1], targets.pow(2).mean().sqrt())
+            model = _Hypernetwork(word_vectors, encoder, hidden, targets.shape[1],
+                                  float(targets.pow(2).mean().sqrt()))
         model.to(device)
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=_LEARNING_RATE)
         best, best_state, since, epoch = float("inf"), None, 0, 0
-        for epoch in tqdm(range(1, max_epochs + 1), desc="HyperOFA: training hypernetwork", leave=False):
+        epochs = tqdm(range(1, max_epochs + 1), desc="HyperOFA: training hypernetwork", leave=False)
+        for epoch in epochs:  # noqa: B007 (the last epoch run is reported after the loop)
             model.train()
             train_sets = [sets[i] for i in training]
             for batch in _batches(train_sets, generator):
@@ -140,20 +150,20 @@ def train_hypernetwork(word_vectors: torch.Tensor, sets: list[torch.Tensor], tar
                 since += 1
                 if since >= patience:
                     break
-        model.load_state_dict(best_state)
+        model.load_state_dict(best_state if best_state is not None else model.state_dict())
     return TrainResult(model.eval(), epoch, best, since >= patience)
 
 
 @torch.no_grad()
-def _validation_loss(model: nn.Module, sets: list[torch.Tensor], targets: torch.Tensor, pad: int) -> float:
+def _validation_loss(model: _Hypernetwork, sets: list[torch.Tensor], targets: torch.Tensor, pad: int) -> float:
     model.eval()
     return float(_loss(predict(model, sets, pad), targets))
 
 
 @torch.no_grad()
-def predict(model: nn.Module, sets: list[torch.Tensor], pad: int) -> torch.Tensor:
+def predict(model: _Hypernetwork, sets: list[torch.Tensor], pad: int) -> torch.Tensor:
     """Predictions for word sets, in batches (eval mode: no dropout)."""
     model.eval()
-    device = model.scale.device
+    device = model.device
     out = [model(*_pad(sets[i : i + _BATCH], pad, device)) for i in range(0, len(sets), _BATCH)]
-    return torch.cat(out) if out else torch.zeros(0, model.head[-1].out_features, device=device)
+    return torch.cat(out) if out else torch.zeros(0, model.out_features, device=device)

@@ -19,7 +19,7 @@ import torch
 from ..errors import MethodOptionError, WordVectorsError
 from ..registry import register_method
 from ..wordvectors import WordVectors
-from .base import InitContext, InitResult, median_norm, per_dimension_normal
+from .base import InitContext, InitResult, median_norm, with_fallback
 from .hypernet import Encoder, predict, train_hypernetwork
 from .neighbors import summarize
 from .wordmatch import Factorization, WordSets, factorize, multilingual_vectors, token_word_sets
@@ -75,7 +75,7 @@ def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
     """Train the hypernetwork on old tokens, predict coordinates of new tokens, project them to rows."""
     vectors = multilingual_vectors(config.word_vectors, "hyperofa")
     source_sets, target_sets = token_word_sets(context, vectors.words, "HyperOFA")
-    factors = [factorize(m, config.rank) for m in (context.source_input, context.source_output) if m is not None]
+    factors = [factorize(m, config.rank) for m in context.matrices]
     coordinates = torch.cat([f.coordinates for f in factors], dim=1)
     special = {i for i, form in enumerate(context.alignment.source_forms) if form.special or form.added}
     train_ids = [i for i in range(len(context.source_input)) if len(source_sets.of(i)) and i not in special]
@@ -108,7 +108,7 @@ def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
                                                   context.seed),
         "word_vectors": vectors.describe(),
     }
-    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)
+    return InitResult.from_sides(rows, diagnostics)
 
 
 def _words(sets: WordSets, token: int, limit: int) -> torch.Tensor:
@@ -121,13 +121,12 @@ def _rows(context: InitContext, factors: list[Factorization], predicted: torch.T
     """Predicted (or, for uncovered tokens, random) coordinates times the primitives, per matrix; predicted rows
     rescaled to the median norm of the old rows (the contrastive loss is blind to scale: on the tiny test models
     unscaled predictions came out at 0.03-0.15 of that norm, failing the contract's norm check)."""
-    matrices = [m for m in (context.source_input, context.source_output) if m is not None]
+    matrices = context.matrices
     rows, start = [], 0
     for offset, factor in enumerate(factors):
         rank = factor.coordinates.shape[1]
-        coordinates = torch.empty(context.num_new, rank, device=context.device)
-        coordinates[covered] = predicted[:, start : start + rank]
-        coordinates[~covered] = per_dimension_normal(factor.coordinates, int((~covered).sum()), context.generator(offset))
+        coordinates = with_fallback(factor.coordinates, covered, predicted[:, start : start + rank],
+                                    context.generator(offset))
         out = coordinates @ factor.primitives
         scale = median_norm(matrices[offset]) / out[covered].norm(dim=1, keepdim=True).clamp_min(1e-12)
         out[covered] = out[covered] * scale

@@ -18,7 +18,7 @@ import torch
 from ..errors import MethodOptionError, WordVectorsError
 from ..registry import register_method
 from ..wordvectors import WordVectors
-from .base import InitContext, InitResult, per_dimension_normal, precise
+from .base import InitContext, InitResult, precise, side_rows, with_fallback
 from .neighbors import SparseWeights, summarize, topk_neighbors
 from .wordmatch import factorize, multilingual_vectors, token_word_sets
 
@@ -81,18 +81,17 @@ def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
     count, k = similarity.shape
     weights = SparseWeights(torch.arange(count, device=device).repeat_interleave(k), index.flatten(),
                             torch.softmax(similarity.to(precise(device)) / config.temperature, dim=1).flatten(), count)
-    matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
-    rows, explained = [], []
-    for offset, matrix in enumerate(matrices):
-        basis, project = matrix, None
-        if config.rank is not None:
-            factors = factorize(matrix, config.rank)
-            basis, project = factors.coordinates, factors.primitives
-            explained.append(round(factors.explained, 6))
-        out = torch.empty(context.num_new, basis.shape[1], device=device)
-        out[covered] = weights.apply(basis, keys)
-        out[~covered] = per_dimension_normal(basis, int((~covered).sum()), context.generator(offset))
-        rows.append(out if project is None else out @ project)
+    explained: list[float] = []
+
+    def side(matrix: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if config.rank is None:
+            return with_fallback(matrix, covered, weights.apply(matrix, keys), generator)
+        factors = factorize(matrix, config.rank)
+        explained.append(round(factors.explained, 6))
+        basis = factors.coordinates
+        return with_fallback(basis, covered, weights.apply(basis, keys), generator) @ factors.primitives
+
+    rows = side_rows(context, side)
     diagnostics = {
         "words": len(vectors),
         "old_tokens_in_words": len(keys),
@@ -102,4 +101,4 @@ def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
         "explained_variance": explained or None,
         "word_vectors": vectors.describe(),
     }
-    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)
+    return InitResult.from_sides(rows, diagnostics)

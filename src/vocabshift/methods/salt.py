@@ -19,13 +19,11 @@ import torch
 from huggingface_hub.utils import tqdm
 from transformers import PreTrainedModel
 
-from ..errors import HelperModelError, MethodOptionError
+from ..errors import MethodOptionError
 from ..registry import register_method
-from ..vocab.forms import token_forms
 from ..wordvectors import WordVectors
-from .anchors import check_vector_options, resolve_word_vectors, token_space
-from .base import InitContext, InitResult, median_norm, per_dimension_normal, precise
-from .helper import helper_matrix
+from .anchors import check_vector_options, token_space
+from .base import InitContext, InitResult, median_norm, precise, resolved, side_rows, with_fallback
 from .neighbors import SparseWeights, sparsemax_neighbors, summarize
 
 __all__ = ["SaltConfig", "init_salt"]
@@ -48,7 +46,8 @@ class SaltConfig:
     Attributes:
         helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with
             input embeddings: a small BERT, a small decoder), or its input embedding matrix as a tensor whose row i
-            belongs to the new tokenizer's id i.
+            belongs to the new tokenizer's id i. `extend_vocabulary` reads the matrix and checks it against the new
+            tokenizer before the method runs (`vocabshift.inputs.resolve_inputs`).
         word_vectors / corpus: as for `focus`: fastText vectors, or text to train token-level fastText on.
         temperature (`float`, defaults to 32.0): similarities are divided by it before sparsemax.
         ridge (`float`, defaults to 0.1): Tikhonov regularization, relative to the mean non-zero eigenvalue of
@@ -92,8 +91,8 @@ class SaltConfig:
 )
 def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
     """Initialize new rows by SALT's per-token least squares; tokens without a vector or helper row get random rows."""
-    helper = helper_matrix(config.helper_model, context.new_tokenizer or context.target_tokenizer).to(context.device)
-    space = token_space(context, resolve_word_vectors(context, config.word_vectors, config.corpus))
+    helper = resolved(config.helper_model, torch.Tensor, option="helper_model", method="salt").to(context.device)
+    space = token_space(context, resolved(config.word_vectors, WordVectors, option="word_vectors", method="salt"))
     new_helper, anchor_helper = _helper_ids(context, space.anchor_target_ids)
     usable = anchor_helper >= 0
     solvable = space.new_found & (new_helper >= 0)
@@ -101,15 +100,12 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
                                   temperature=config.temperature, max_support=config.max_anchors, desc="SALT anchors")
     coefficients, stats = _least_squares(weights, helper[anchor_helper[usable]], helper[new_helper[solvable]],
                                          config.ridge)
-    matrices = [context.source_input] + ([context.source_output] if context.source_output is not None else [])
-    rows, guarded = [], []
-    for offset, matrix in enumerate(matrices):
-        out = torch.empty(context.num_new, matrix.shape[1], device=matrix.device)
-        out[solvable], count = _guard(coefficients.apply(matrix, space.anchor_source_ids[usable]), matrix,
-                                      config.norm_guard)
-        out[~solvable] = per_dimension_normal(matrix, int((~solvable).sum()), context.generator(offset))
-        rows.append(out)
-        guarded.append(count)
+
+    def side(matrix: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        rows, count = _guard(coefficients.apply(matrix, space.anchor_source_ids[usable]), matrix, config.norm_guard)
+        return with_fallback(matrix, solvable, rows, generator), count
+
+    rows, guarded = zip(*side_rows(context, side))
     diagnostics = {
         **space.describe(),
         "anchors": int(usable.sum()),
@@ -121,17 +117,19 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
         "relative_residual": summarize(stats["residual"]),
         "condition_number": summarize(stats["condition"]),
         "rank_deficient": int((stats["rank"] < weights.support_sizes()).sum()),
-        "norm_guarded": guarded,
+        "norm_guarded": list(guarded),
     }
-    return InitResult(rows[0], rows[1] if len(rows) > 1 else None, diagnostics)
+    return InitResult.from_sides(rows, diagnostics)
 
 
 def _helper_ids(context: InitContext, anchor_target_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of the helper model (ids of the new tokenizer) of the new tokens and of the anchors; -1 if none."""
     by_key: dict[Any, int] = {}
-    for index, form in enumerate(token_forms(context.new_tokenizer or context.target_tokenizer)):
+    alignment = context.alignment
+    language = alignment.new_tokenizer_forms if alignment.new_tokenizer_forms is not None else alignment.target_forms
+    for index, form in enumerate(language):
         by_key.setdefault(form.key, index)
-    forms = context.alignment.target_forms
+    forms = alignment.target_forms
     new = [by_key.get(form.key, -1) for form in context.new_forms]
     anchors = [by_key.get(forms[t].key, -1) for t in anchor_target_ids.tolist()]
     device = context.device
@@ -170,9 +168,9 @@ def _least_squares(weights: SparseWeights, anchors: torch.Tensor, targets: torch
 
 def _chunks(sizes: torch.Tensor, hidden: int) -> list[tuple[int, int]]:
     """Consecutive ranges of tokens (sorted by support size) whose padded anchor block stays bounded."""
-    chunks, start, sizes = [], 0, sizes.tolist()
-    for stop in range(1, len(sizes) + 1):
-        if stop == len(sizes) or (stop + 1 - start) * sizes[stop] * hidden > _CHUNK_ELEMENTS:
+    chunks, start, counts = [], 0, sizes.tolist()
+    for stop in range(1, len(counts) + 1):
+        if stop == len(counts) or (stop + 1 - start) * counts[stop] * hidden > _CHUNK_ELEMENTS:
             chunks.append((start, stop))
             start = stop
     return chunks

@@ -5,21 +5,15 @@ Follows "Beyond Initialization Loss" (arXiv 2608.03494): the input and output ro
 of the target script, because a token can win the softmax through its norm alone. Its best configuration, the
 default here, is a uniform input mean with norm calibration and a character-length-weighted output mean.
 
-With tied embeddings one row is both, and it is the output rule that holds: on SmolLM2-135M (tied) extended with a
-16k Russian BPE, norm-calibrated rows gave 3.23 held-out Russian bits per byte at step 0 against 1.84 without
-calibration (every new token's logit grows with its norm), and English rose from 1.074 to 1.258.
+With tied embeddings one row is both, and it is the output rule that holds: norm-calibrated tied rows raise every
+new token's logit with its norm, which made held-out text much worse on SmolLM2 (README, "Methods").
 
 `tied_mean_shift` (off by default) moves tied composed rows against the old rows' mean row. Every old row shares that
-component, and the final hidden states project on it consistently (SmolLM2: about 12 nats), so it acts as a common
-logit prior; a mean of pieces keeps the whole prior of its pieces while a new token, a sequence of them, is rarer.
-With 12.6k such tokens the model put 78% of its probability on new tokens where an old token came next. A shift of
-0.25 of the mean row lowers each new logit by about 3 nats. The value was chosen on 200 dev lines drawn (seed 1) from
-the tokenizer's training lines (1.809 -> 1.692 Russian bits per byte at step 0; 0.2-0.3 equally good); on the
-held-out lines it gives 1.754 -> 1.644 (1.33x -> 1.25x the original model's 1.318), English 1.2549 -> 1.2544. But
-after embedding-only training it is worse: 1.676 / 1.628 after 25 / 50 steps against 1.572 / 1.523 without (the
-settings of benchmarks/bench_probe.py), so it is for using the model before training, not the default. On the dev
-lines, favouring the first piece (geometric weights by position: 1.83-2.06) or scaling rows so that their logit
-matches the first piece's (47) made step 0 worse, and so did a per-token prior from the rarest piece (1.88-1.95).
+component, and the final hidden states project on it consistently, so it acts as a common logit prior; a mean of
+pieces keeps the whole prior of its pieces while a new token, a sequence of them, is rarer, so the model puts too
+much probability on new tokens. The shift lowers each new logit by the same share of that prior: it helps a model
+used before training and slows embedding-only training, hence off (the measurements, and the variants that did
+worse, are in the README's "Methods" section).
 """
 
 from __future__ import annotations
@@ -55,8 +49,8 @@ class SubwordConfig:
         output_norm (`bool`, defaults to `False`): the same for output rows (risks over-confident logits).
         tied_mean_shift (`float`, defaults to `0.0`): with tied embeddings, subtract this fraction of the old rows'
             mean row from every composed row, lowering new tokens' logits by the same share of the prior that all
-            rows share. 0.25 (chosen on a dev split of SmolLM2 + a 16k Russian BPE) gives the best step-0 loss, for a
-            model used before training; it slows embedding-only training, hence off. Untied models are unchanged.
+            rows share. About 0.25 gave the best step-0 loss on SmolLM2 (README, "Methods"), for a model used before
+            training; it slows embedding-only training, hence off. Untied models are unchanged.
 
     Raises:
         `MethodOptionError`: when `tied_mean_shift` is not a finite number in [0, 1].
@@ -88,7 +82,8 @@ def init_subword(context: InitContext, config: SubwordConfig) -> InitResult:
     pieces = context.alignment.decompositions
     lengths = [max(len(form.text), 1) for form in context.alignment.source_forms]
     script, norm_rows = _target_rows(context)
-    input_rule = (config.output_weighting, config.output_norm) if context.tied else (config.input_weighting, config.input_norm)
+    input_rule = ((config.output_weighting, config.output_norm) if context.tied
+                  else (config.input_weighting, config.input_norm))
     rows, input_norm = _compose(context.source_input, pieces, lengths, *input_rule, norm_rows)
     shift = config.tied_mean_shift if context.tied else 0.0
     if shift:

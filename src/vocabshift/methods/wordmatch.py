@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from huggingface_hub.utils import tqdm
 
+from .._typing import Tokenizer
 from ..errors import WordVectorsError
-from ..wordvectors import WordVectors, load_word_vectors
-from .base import InitContext, precise
+from ..wordvectors import WordVectors
+from .base import InitContext, precise, resolved
 
 __all__ = ["Factorization", "WordSets", "factorize", "match_words", "multilingual_vectors", "token_word_sets"]
 
@@ -26,12 +27,13 @@ _BLOCK = 8192
 
 
 def multilingual_vectors(word_vectors: Any, method: str) -> WordVectors:
-    """Word-level vectors from a `WordVectors` or a file.
+    """`word_vectors` (loaded by `resolve_inputs`), once they are known to be word level.
 
     Raises:
         `WordVectorsError`: if the vectors are token level (OFA matches words, not token strings).
+        `MethodOptionError`: if they were not loaded (see `base.resolved`).
     """
-    vectors = word_vectors if isinstance(word_vectors, WordVectors) else load_word_vectors(word_vectors)
+    vectors = resolved(word_vectors, WordVectors, option="word_vectors", method=method)
     if vectors.level == "token":
         raise WordVectorsError(
             f"Method {method!r} needs word-level multilingual vectors (words of the source and target languages in "
@@ -70,7 +72,7 @@ class WordSets:
         return torch.sparse.mm(sparse, torch.from_numpy(vectors).to(device))
 
 
-def match_words(tokenizer: Any, words: list[str], num_tokens: int, *, desc: str) -> WordSets:
+def match_words(tokenizer: Tokenizer, words: list[str], num_tokens: int, *, desc: str) -> WordSets:
     """Match each word to the tokens of its segmentations (alone, after a space, capitalized after a space)."""
     backend = tokenizer.backend_tokenizer
     tokens, indices = [], []

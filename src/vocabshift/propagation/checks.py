@@ -7,6 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ..errors import LineageError, RecordError, SiblingMismatchError
 from ..record import ExtensionRecord
 from ..vocab.load import fingerprint
@@ -29,6 +31,7 @@ class Model:
     tokenizer: Any
     input: Matrix
     output: Matrix | None
+    bias: torch.Tensor | None = None  # a head bias, read whole (one value per row)
 
     def facts(self) -> dict[str, Any]:
         return {"architectures": self.config.get("architectures"), "model_type": self.config.get("model_type"),

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+import torch
+
+from .._version import __version__
 from ..arguments import check_path, check_token
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, RecordError, ShardError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import check_weight_map
-from ..record import CONFIG_KEY, ExtensionRecord
+from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
@@ -21,8 +25,8 @@ from .checks import Model, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
-from .plan import RowPlan, fit_pairs, propagated_blocks, row_plan
-from .shards import Header, Matrix, copy_shard, read_header, write_shard
+from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_plan
+from .shards import Blocks, Header, Matrix, copy_shard, read_header, read_vector, write_shard
 from .sources import find_layout, open_source
 
 __all__ = ["propagate"]
@@ -138,7 +142,8 @@ def _model(value: Any, role: str, revision: str | None, token: str | bool | None
                 raise ShardError(f"{key} is not in {header.path} although the index of {role}={source.name!r} says "
                                  "so: the folder is corrupted; save or download it again.")
             matrices[side] = Matrix(header, key)
-    return Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"))
+    bias = None if layout.bias is None else read_vector(headers[layout.weight_map[layout.bias]], layout.bias)
+    return Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"), bias)
 
 
 def _checked(models: dict[str, Model], record: ExtensionRecord) -> dict[str, Model]:
@@ -151,11 +156,8 @@ def _checked(models: dict[str, Model], record: ExtensionRecord) -> dict[str, Mod
 
 
 def _record(adapted: Model) -> ExtensionRecord:
-    raw = adapted.config.get(CONFIG_KEY)
-    if not isinstance(raw, dict):
-        raise RecordError(f"adapted={adapted.source.name!r} carries no vocabshift record (config.json has no "
-                          f"{CONFIG_KEY!r} key): pass the model saved after extend_vocabulary and CPT.")
-    return ExtensionRecord.from_dict(raw)
+    return require_record(adapted.config, what=f"adapted={adapted.source.name!r}",
+                          fix="pass the model saved after extend_vocabulary and CPT.")
 
 
 def _all_headers(instruct: Model) -> dict[str, Header]:
@@ -177,13 +179,13 @@ def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, r
                   for name in layout.shards if name not in layout.embedding_shards]
         models = _checked(models, record)
         pairs = fit_pairs(method, record, models["base"].tokenizer)
-        fits = {side: pool.submit(fit_map, method, getattr(models["base"], side), getattr(models["instruct"], side),
-                                  pairs, side=side)
-                for side in ("input", "output") if getattr(models["instruct"], side) is not None}
+        pending = {side: pool.submit(fit_map, method, getattr(models["base"], side),
+                                     getattr(models["instruct"], side), pairs, side=side)
+                   for side in ("input", "output") if getattr(models["instruct"], side) is not None}
         tokenizer = replacement_tokenizer(models["instruct"].tokenizer, models["adapted"].tokenizer)
         plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer)
-        fits = {side: fit.result() for side, fit in fits.items()}
-        change = sum(_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards)
+        fits = {side: fit.result() for side, fit in pending.items()}
+        change = sum([_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards])
         for copy in copies:
             copy.result()
     finally:
@@ -194,13 +196,30 @@ def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, r
 
 def _rewrite(header: Header, target: Path, models: dict[str, Model], plan: RowPlan, fits: dict[str, Fit]) -> int:
     instruct = models["instruct"]
-    replaced = {}
+    replaced: dict[str, tuple[tuple[int, ...], torch.dtype, Blocks]] = {}
     for key, side in instruct.layout.sides.items():
         if key in header.tensors:
             matrices = [getattr(models[role], side) for role in ("adapted", "base", "instruct")]
-            blocks = lambda side=side, matrices=matrices: propagated_blocks(plan, fits[side], *matrices, side=side)
+            blocks = functools.partial(propagated_blocks, plan, fits[side], *matrices, side=side)
             replaced[key] = ((plan.rows, instruct.input.hidden), getattr(instruct, side).dtype, blocks)
+    bias = instruct.layout.bias
+    if bias is not None and bias in header.tensors and instruct.bias is not None:
+        replaced[bias] = ((plan.rows,), instruct.bias.dtype, functools.partial(_bias_blocks, models, plan))
     return write_shard(target, header, replaced)
+
+
+def _bias_blocks(models: dict[str, Model], plan: RowPlan) -> Iterator[torch.Tensor]:
+    """The output's head bias, as one block (see `propagated_bias`).
+
+    Raises:
+        `SiblingMismatchError`: instruct has a head bias but adapted or base has none.
+    """
+    biases = [models[role].bias for role in ("adapted", "base", "instruct")]
+    if any(bias is None for bias in biases):
+        raise SiblingMismatchError("instruct has a head bias but adapted or base has none: pass the models of one "
+                                   "architecture.")
+    adapted, base, instruct = (bias for bias in biases if bias is not None)
+    yield propagated_bias(plan, adapted, base, instruct, len(models["base"].tokenizer))
 
 
 def _entry(models: dict[str, Model], method: str, fits: dict[str, Fit], plan: RowPlan,

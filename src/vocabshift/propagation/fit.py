@@ -125,8 +125,7 @@ def _squared_norm(rows: torch.Tensor) -> float:
 
 
 def _step(hidden: int) -> int:
-    """Rows per block: about 128 MB in float64 (larger blocks multiply faster: 8,192 rows 1.25x 2,048 at hidden
-    2048)."""
+    """Rows per block: about 128 MB in float64 (larger blocks multiply faster)."""
     return max(1, _BLOCK_BYTES // (8 * hidden))
 
 
@@ -153,11 +152,11 @@ def _pair_blocks(base: Matrix, instruct: Matrix, pairs: FitPairs) -> Iterator[tu
         yield _group_means(base, groups), _group_means(instruct, groups)
 
 
-def fit_map(method: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, side: str) -> Fit:
+def fit_map(kind: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, side: str) -> Fit:
     """Fit W for one side (`"input"` embeddings or untied `"output"` head).
 
     Args:
-        method (`str`): `"swap"`, `"overlap"` or `"conversion"`; `pairs` must hold that method's pairs.
+        kind (`str`): the LEP kind, `"swap"`, `"overlap"` or `"conversion"`; `pairs` must hold that kind's pairs.
         base, instruct (`Matrix`): the side's matrices of the base and instruct models.
         pairs (`FitPairs`): the row pairs.
         side (`str`): for the progress bar.
@@ -165,14 +164,14 @@ def fit_map(method: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, sid
     Returns:
         `Fit`
     """
-    if method == "swap":  # nothing to fit: the identity residual is measured on a sample of the pairs
+    if kind == "swap":  # nothing to fit: the identity residual is measured on a sample of the pairs
         pairs = FitPairs(spread_runs(pairs.single))
     equations = _NormalEquations(base.hidden)
     total = sum(-(-count // _step(base.hidden)) for count in (len(pairs.single), len(pairs.groups)))
     for a, b in tqdm(_pair_blocks(base, instruct, pairs), desc=f"Fitting W ({side})", leave=False, total=total):
-        (equations.add_norms if method == "swap" else equations.add)(a, b)
+        (equations.add_norms if kind == "swap" else equations.add)(a, b)
     identity = (equations.identity_error / equations.target_norm) ** 0.5 if equations.target_norm else 0.0
-    if method == "swap":
+    if kind == "swap":
         return Fit(None, pairs.count, identity, identity)
     weight, error = equations.solve()
     return Fit(weight.float(), pairs.count, (error / equations.target_norm) ** 0.5, identity)

@@ -112,8 +112,10 @@ def _identical(base: Model, instruct: Model) -> bool:
     """Whether instruct stores base's weights, tensor for tensor: embeddings first, then (base being a folder) the
     rest, since a sibling fine-tuned without touching its embeddings differs in its body only."""
     for first, second in ((base.input, instruct.input), (base.output, instruct.output)):
-        if (first is None) != (second is None) or (first is not None and not _same_stored(
-                (first.path, first.info), (second.path, second.info))):
+        if first is None or second is None:
+            if first is not second:
+                return False
+        elif not _same_stored((first.path, first.info), (second.path, second.info)):
             return False
     if base.source.repo_id is not None:  # its other shards are not downloaded; reading them would cost a download
         logger.warning("instruct=%r stores the same embedding matrices as base=%r; vocabshift did not compare the "

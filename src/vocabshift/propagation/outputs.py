@@ -3,25 +3,25 @@ looked up again by content, the extended ExtensionRecord; the shard index; licen
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..record import CONFIG_KEY, ExtensionRecord
+from .._typing import Tokenizer
+from ..record import ExtensionRecord, propagated, store_record
+from ..save import atomic_write_text
+from ..vocab.ids import remap_token_ids
 from ..vocab.load import fingerprint
 from .checks import Model
 from .sources import INDEX, LICENSE_PREFIXES, Layout, Source
 
 __all__ = ["write_configs", "write_index", "write_license_files"]
 
-logger = logging.getLogger(__name__)
-
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def write_index(folder: Path, layout: Layout, change: int) -> None:
@@ -35,34 +35,26 @@ def write_index(folder: Path, layout: Layout, change: int) -> None:
     _write_json(folder / INDEX, index)
 
 
-def _id_mapper(instruct_tokenizer: Any, tokenizer: Any) -> Any:
+def _id_mapper(instruct_tokenizer: Tokenizer, tokenizer: Tokenizer) -> Callable[[int], int | None]:
     """Instruct id -> output id, through the token's content."""
     source, target = instruct_tokenizer.backend_tokenizer, tokenizer.backend_tokenizer
 
-    def mapped(name: str, value: Any) -> Any:
-        if isinstance(value, list):
-            return [i for i in (mapped(name, v) for v in value) if i is not None]
-        token = source.id_to_token(value) if isinstance(value, int) else None
-        new = None if token is None else target.token_to_id(token)
-        if new is None:
-            logger.warning("%s=%s has no counterpart in the new vocabulary; it is set to None.", name, value)
-        return new
+    def mapped(value: int) -> int | None:
+        token = source.id_to_token(value)
+        return None if token is None else target.token_to_id(token)
 
     return mapped
 
 
-def _remap_ids(config: dict[str, Any], mapped: Any) -> None:
-    for name, value in list(config.items()):
-        if name.endswith("_token_id") and value is not None:
-            config[name] = mapped(name, value)
+def _remap_ids(config: dict[str, Any], mapped: Callable[[int], int | None]) -> None:
+    config.update(remap_token_ids(config, mapped))
 
 
-def _updated_record(record: ExtensionRecord, entry: dict[str, Any], tokenizer: Any, rows: int) -> dict[str, Any]:
+def _updated_record(record: ExtensionRecord, entry: dict[str, Any], tokenizer: Tokenizer, rows: int
+                    ) -> ExtensionRecord:
     specials = {token: tokenizer.convert_tokens_to_ids(token) for token in tokenizer.all_special_tokens}
-    updated = dataclasses.replace(record, new_vocab_size=len(tokenizer), new_num_rows=rows,
-                                  tokenizer_sha256=fingerprint(tokenizer), special_tokens=specials,
-                                  propagation=[*record.propagation, entry])
-    return updated.to_dict()
+    return propagated(record, entry, tokenizer_sha256=fingerprint(tokenizer), vocab_size=len(tokenizer),
+                      num_rows=rows, special_tokens=specials)
 
 
 def write_configs(folder: Path, instruct: Model, record: ExtensionRecord, entry: dict[str, Any], tokenizer: Any,
@@ -74,7 +66,7 @@ def write_configs(folder: Path, instruct: Model, record: ExtensionRecord, entry:
     for part in filter(None, (config, text)):
         _remap_ids(part, mapped)
     (text if text is not None and "vocab_size" in text else config)["vocab_size"] = rows
-    config[CONFIG_KEY] = _updated_record(record, entry, tokenizer, rows)
+    store_record(config, _updated_record(record, entry, tokenizer, rows))
     _write_json(folder / "config.json", config)
     if "generation_config.json" in instruct.source.files:
         generation = json.loads(instruct.source.file("generation_config.json").read_text(encoding="utf-8"))

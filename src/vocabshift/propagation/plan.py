@@ -21,7 +21,7 @@ from ..record import ExtensionRecord
 from .fit import Fit, FitPairs
 from .shards import Matrix
 
-__all__ = ["RowPlan", "fit_pairs", "propagated_blocks", "row_plan"]
+__all__ = ["RowPlan", "fit_pairs", "propagated_bias", "propagated_blocks", "row_plan"]
 
 _BLOCK_BYTES = 32 * 2**20
 
@@ -62,12 +62,12 @@ def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, 
     return RowPlan(old_of, copy_of)
 
 
-def fit_pairs(method: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPairs:
+def fit_pairs(kind: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPairs:
     """The pairs W is fitted on: shared ordinary tokens (added and special ones left out), plus for `conversion`
     the decompositions of the new tokens."""
     added, size = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder()), len(base_tokenizer)
     single = sorted({old for _, old in record.shared_pairs() if old not in added and old < size})
-    groups = [ids for ids in record.decomposition_lists() if ids] if method == "conversion" else []
+    groups = [ids for ids in record.decomposition_lists() if ids] if kind == "conversion" else []
     return FitPairs(torch.tensor(single, dtype=torch.long), groups)
 
 
@@ -97,6 +97,24 @@ def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, in
         if len(copied):
             out[copied] = instruct.gather(copy[copied]).float()
         yield out
+
+
+def propagated_bias(plan: RowPlan, adapted: torch.Tensor, base: torch.Tensor, instruct: torch.Tensor, num_old: int
+                    ) -> torch.Tensor:
+    """The output's head bias (float32). A bias has no hidden space for W to map, so the rows' rules hold with W = I
+    and one shift: the instruct bias plus what CPT changed for shared tokens, instruct's for its added tokens, and
+    for new tokens (and padding) the adapted bias moved by the difference of the mean biases of the `num_old` old
+    tokens, so that a new token extend gave base's mean bias gets instruct's."""
+    adapted, base, instruct = adapted.double(), base.double(), instruct.double()
+    shift = instruct[:num_old].mean() - base[:num_old].mean()
+    out = torch.full((plan.rows,), float(instruct[:num_old].mean()), dtype=torch.float64)
+    out[: len(adapted)] = adapted[: plan.rows] + shift
+    shared = (plan.old_of >= 0).nonzero().squeeze(1)
+    old = plan.old_of[shared]
+    out[shared] = instruct[old] + adapted[shared] - base[old]
+    copied = (plan.copy_of >= 0).nonzero().squeeze(1)
+    out[copied] = instruct[plan.copy_of[copied]]
+    return out.float()
 
 
 def _as_float(rows: torch.Tensor, work: torch.Tensor) -> torch.Tensor:

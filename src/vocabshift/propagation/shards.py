@@ -22,7 +22,7 @@ import torch
 from ..errors import UnsupportedModelError
 from ..headers import ITEM_BITS, Header, TensorInfo, corrupted, read_header
 
-__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "same_bytes", "write_shard"]
+__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "read_vector", "same_bytes", "write_shard"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Matrix:
         breaks = np.flatnonzero(np.diff(values) != 1) + 1
         size = len(values) * self.row_bytes
         buffer = torch.empty(size, dtype=torch.uint8) if buffer is None else buffer[:size]  # not zero-filled
-        view = memoryview(buffer.numpy())
+        view = buffer.numpy().data
         with open(self.path, "rb", buffering=0) as handle:
             for first, last in zip([0, *breaks], [*breaks, len(values)]):
                 _pread_into(handle.fileno(), view[first * self.row_bytes : last * self.row_bytes],
@@ -85,6 +85,22 @@ class Matrix:
     def read(self, start: int, stop: int, *, buffer: torch.Tensor | None = None) -> torch.Tensor:
         """Rows `[start, stop)` in the stored dtype (`buffer` as for `gather`)."""
         return self.gather(torch.arange(start, stop), buffer=buffer)
+
+
+def read_vector(header: Header, key: str) -> torch.Tensor:
+    """A 1-D floating-point tensor of a shard (a head bias: one value per row), read whole.
+
+    Raises:
+        `UnsupportedModelError`: it is not a 1-D float tensor.
+    """
+    info = header.tensors[key]
+    if info.dtype not in FLOAT_DTYPES or len(info.shape) != 1:
+        raise UnsupportedModelError(f"{key} in {header.path} is a {info.dtype} tensor of shape {info.shape}: "
+                                    "vocabshift propagates a 1-D float head bias only.")
+    buffer = torch.empty(info.end - info.begin, dtype=torch.uint8)
+    with open(header.path, "rb", buffering=0) as handle:
+        _pread_into(handle.fileno(), buffer.numpy().data, info.begin, header.path)
+    return buffer.view(FLOAT_DTYPES[info.dtype])
 
 
 Blocks = Callable[[], Iterator[torch.Tensor]]
@@ -164,7 +180,7 @@ def write_shard(target: Path, header: Header, replaced: dict[str, tuple[tuple[in
 
 def _write_block(out: int, block: torch.Tensor) -> int:
     data = block.contiguous().view(torch.uint8).numpy()
-    _write_all(out, memoryview(data))
+    _write_all(out, data.data)
     return data.nbytes
 
 

@@ -17,8 +17,8 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
-from ..errors import InvalidArgumentError, ModelFolderError, ShardError, UnsupportedModelError
-from ..inspection import _parameter_names
+from ..embeddings import embedding_names
+from ..errors import InvalidArgumentError, ModelFolderError, ShardError
 from .shards import read_header
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
@@ -118,12 +118,14 @@ class Layout:
         sides (`dict[str, str]`): stored embedding tensor -> `"input"` or `"output"` (an untied head); a tied
             model stores `"input"` only (sometimes twice, under the head's name too).
         tied (`bool`): the output head is the input embedding matrix.
+        bias (`str | None`): the stored head bias, if the model has one.
     """
 
     weight_map: dict[str, str]
     index: dict[str, Any] | None
     sides: dict[str, str]
     tied: bool
+    bias: str | None = None
 
     def key(self, side: str) -> str | None:
         return next((key for key, found in self.sides.items() if found == side), None)
@@ -134,7 +136,7 @@ class Layout:
 
     @property
     def embedding_shards(self) -> set[str]:
-        return {self.weight_map[key] for key in self.sides}
+        return {self.weight_map[key] for key in [*self.sides, *([self.bias] if self.bias else [])]}
 
 
 def find_layout(source: Source) -> Layout:
@@ -156,25 +158,20 @@ def find_layout(source: Source) -> Layout:
     else:
         raise ModelFolderError(f"{source.role}={source.name!r} has no safetensors weights ({SINGLE} or {INDEX}): "
                                "propagate reads safetensors only; load the model and save_pretrained it again.")
-    sides, tied = _embedding_keys(source, transformers.AutoConfig.from_pretrained(source.folder), weight_map)
-    return Layout(weight_map, index, sides, tied)
+    names = embedding_names(transformers.AutoConfig.from_pretrained(source.folder))
+    sides = _embedding_keys(source, names, weight_map)
+    bias = next((key for name in names.bias if (key := _stored_key(weight_map, name))), None)
+    return Layout(weight_map, index, sides, names.tied, bias)
 
 
-def _embedding_keys(source: Source, config: Any, weight_map: dict[str, str]) -> tuple[dict[str, str], bool]:
-    input_names, head_names = _parameter_names(config)
-    tied = bool(head_names) and bool(set(input_names) & set(head_names))
-    named = [(name, "input") for name in input_names] + [(n, "output") for n in head_names if n not in input_names]
+def _embedding_keys(source: Source, names: Any, weight_map: dict[str, str]) -> dict[str, str]:
+    named = [(name, "input") for name in names.input] + [(n, "output") for n in names.head if n not in names.input]
     sides = {key: side for name, side in named if (key := _stored_key(weight_map, name))}
-    for side, names in (("input", input_names), ("output", [] if tied else head_names)):
-        if names and side not in sides.values():
-            raise ShardError(f"{source.role}={source.name!r} stores no tensor for {names}: its weights are "
+    for side, expected in (("input", names.input), ("output", [] if names.tied else names.head)):
+        if expected and side not in sides.values():
+            raise ShardError(f"{source.role}={source.name!r} stores no tensor for {expected}: its weights are "
                              "incomplete; save the model again.")
-    for key in sides:
-        bias = key.removesuffix("weight") + "bias"
-        if key.endswith("weight") and bias in weight_map:
-            raise UnsupportedModelError(f"{source.role}={source.name!r} has a bias {bias!r} on its embedding "
-                                        "or head: vocabshift propagates models without a head bias only.")
-    return sides, tied
+    return sides
 
 
 def _stored_key(weight_map: dict[str, str], name: str) -> str | None:

@@ -283,5 +283,3 @@ def _byte_range(match: re.Match[str], size: int) -> tuple[int, int]:
 
 def _repo_id(body: dict[str, Any], user: str) -> str:
     return f"{body.get('organization') or user}/{body['name']}"
-
-

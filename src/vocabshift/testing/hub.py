@@ -60,7 +60,7 @@ class LoopbackHub:
         if self._server is None:
             raise RuntimeError("LoopbackHub is not running: call start() or use it as a context manager.")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> str:
         """Start serving on a random free port of 127.0.0.1 in a daemon thread; returns the endpoint URL."""

@@ -56,6 +56,8 @@ def _fetch(family: str, folder: Path) -> None:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
             for name in _FILES:
                 source = archive.extractfile(f"package/models/{name}")
+                if source is None:
+                    raise FileNotFoundError(f"package/models/{name} is not a file of {archive.name!r}")
                 (temporary / name).write_bytes(source.read())
         temporary.rename(folder)
     finally:

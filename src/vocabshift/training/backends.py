@@ -34,7 +34,8 @@ def refuse_backend(callback: Any) -> None:
         raise TrainingSetupError(
             f"EmbeddingOnlyCallback(rows={callback.rows!r}) cannot run with FSDP2's cpu_ram_efficient_loading: "
             "accelerate reloads the sharded model from its state_dict(), in which the split rows are folded into "
-            "the matrices. Turn it off (fsdp_cpu_ram_efficient_loading: false, or FSDP_CPU_RAM_EFFICIENT_LOADING=false)."
+            "the matrices. Turn it off (fsdp_cpu_ram_efficient_loading: false, or "
+            "FSDP_CPU_RAM_EFFICIENT_LOADING=false)."
         )
 
 

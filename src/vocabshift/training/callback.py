@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from .._typing import Model
 from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import CONFIG_KEY, get_record
+from ..record import new_ids_of
 from .backends import refuse_backend
 from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
-from .rows import split_rows
+from .optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
+from .rows import TrainableRows, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -91,8 +94,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
         self.rows = rows
         self.head_learning_rate = head_learning_rate
         self.second_stage = second_stage
-        self._model: Any = None
-        self._state: dict[str, Any] = {}
+        self._model: Model | None = None
+        self._run: _Run | None = None
 
     @property
     def trainable_ids(self) -> torch.Tensor | None:
@@ -100,14 +103,19 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
         Known once the Trainer is built (`on_init_end`); every other row stays bit-identical.
         """
-        if self._model is None:
+        return self._started().ids
+
+    def _started(self) -> _Run:
+        if self._run is None:
             raise TrainingSetupError(
                 "EmbeddingOnlyCallback.trainable_ids is known once the Trainer is built: pass the callback in "
                 "Trainer(..., callbacks=[...]) and read it afterwards."
             )
-        return self._state["ids"]
+        return self._run
 
-    def on_init_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    model: Model | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    **kwargs: Any) -> None:
         """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
         refuse_backend(self)
         ids = trainable_row_ids(model, self.rows)
@@ -118,94 +126,106 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 "input embeddings (or absent): drop head_learning_rate."
             )
         if optimizer is not None and ids is not None:
-            raise TrainingSetupError(_PREBUILT.format(rows=self.rows))
+            raise TrainingSetupError(PREBUILT.format(rows=self.rows))
         stage = self.second_stage
         tuner = inject_lora(model, stage.lora, seed=args.seed) if stage is not None and stage.lora else None
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
         self._model = model
-        self._state = {"ids": ids, "rows": split_rows(model, ids), "body": body, "tuner": tuner, "logs": {}}
-        _check_optimizer(optimizer, model, self._trainable())
+        self._run = _Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner)
+        check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
 
-    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: Model | None = None, optimizer: torch.optim.Optimizer | None = None,
+                       **kwargs: Any) -> None:
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
-        if self._model is None or model is not self._model:
+        if self._model is None or self._run is None or model is not self._model:
             raise TrainingSetupError(
                 "EmbeddingOnlyCallback did not see this model when the Trainer was built (it was added with "
                 "trainer.add_callback, or to another Trainer), so the optimizer was built before it could freeze the "
                 "body. Pass it in Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
             )
-        s = self._state
-        if s["ids"] is not None and not s["rows"].is_split:
+        run = self._run
+        if run.ids is not None and not run.rows.is_split:
             raise TrainingSetupError(
                 "This Trainer has trained once and EmbeddingOnlyCallback folded its rows back when training ended: "
                 "build a new Trainer (with a new callback) to train again."
             )
-        _check_optimizer(optimizer, model, self._trainable())
-        s["gate"] = BodyGate(s["body"]) if self.second_stage is not None else None
+        check_optimizer(optimizer, model, self._trainable())
+        run.gate = BodyGate(run.body) if self.second_stage is not None else None
         self._maybe_open_gate(state)
-        s["head"] = None
+        run.head = None
         if self.head_learning_rate is not None:
-            _check_linear_in_lr(optimizer)
-            s["head"] = _HeadRate(s["rows"].parameters[1], self.head_learning_rate / args.learning_rate)
-        s["new_ids"] = _new_ids(model)
+            check_linear_in_lr(optimizer)
+            run.head = HeadRate(run.rows.parameters[1], self.head_learning_rate / args.learning_rate)
+        run.new_ids = new_ids_of(model, embedding_parameters(model)[0].device)
+        run.began = True
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if self._state.get("gate") is not None:
-            self._state["gate"].drop_gradients()
-        if self._state.get("head") is not None:
-            self._state["head"].save()
+    def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                              **kwargs: Any) -> None:
+        run = self._started()
+        if run.gate is not None:
+            run.gate.drop_gradients()
+        if run.head is not None:
+            run.head.save()
 
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        if self._state.get("head") is not None:
-            self._state["head"].apply()
+    def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                          **kwargs: Any) -> None:
+        run = self._started()
+        if run.head is not None:
+            run.head.apply()
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
         self._maybe_open_gate(state)
 
-    def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, float] | None = None, model: Model | None = None, **kwargs: Any) -> None:
         """Add row-norm figures to training logs; remember the last loss for the record."""
-        if logs is None or self._model is None:
+        if logs is None or self._model is None or self._run is None:
             return
-        self._state["logs"].update({k: logs[k] for k in ("loss", "train_loss") if k in logs})
-        if "loss" in logs and "new_ids" in self._state:
-            figures = {_PREFIX + k: v for k, v in row_norms(self._model, self._state["new_ids"]).items()}
+        run = self._run
+        run.logs.update({k: logs[k] for k in ("loss", "train_loss") if k in logs})
+        if "loss" in logs and run.began:
+            figures = {_PREFIX + k: v for k, v in row_norms(self._model, run.new_ids).items()}
             logs.update(figures)
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 state.log_history[-1].update(figures)
 
-    def on_train_end(self, args, state, control, model=None, **kwargs):
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     model: Model | None = None, **kwargs: Any) -> None:
         """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record."""
-        s = self._state
-        s["rows"].fold()
-        if s.get("gate") is not None:
-            s["gate"].remove()
-        if s.get("tuner") is not None:
-            merge_lora(s["tuner"])
-            s["tuner"] = None
+        run = self._started()
+        run.rows.fold()
+        if run.gate is not None:
+            run.gate.remove()
+        if run.tuner is not None:
+            merge_lora(run.tuner)
+            run.tuner = None
         if not record_cpt(self._model, self._entry(args, state)):
             logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
     def _trainable(self) -> list[torch.nn.Parameter]:
-        return [*self._state["rows"].parameters, *self._state["body"]]
+        run = self._started()
+        return [*run.rows.parameters, *run.body]
 
-    def _maybe_open_gate(self, state) -> None:
-        gate = self._state.get("gate")
-        if gate is not None and state.global_step >= self.second_stage.after_step:
+    def _maybe_open_gate(self, state: TrainerState) -> None:
+        gate = self._run.gate if self._run is not None else None
+        if gate is not None and self.second_stage is not None and state.global_step >= self.second_stage.after_step:
             gate.open()
 
-    def _entry(self, args, state) -> dict[str, Any]:
-        ids = self._state["ids"]
+    def _entry(self, args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
+        run = self._started()
         rows = embedding_parameters(self._model)[0].shape[0]
         return {
             "rows": self.rows if isinstance(self.rows, str) else "custom",
-            "trainable_rows": rows if ids is None else len(ids),
+            "trainable_rows": rows if run.ids is None else len(run.ids),
             "steps": state.global_step,
             "tokens_seen": state.num_input_tokens_seen,
-            "final_loss": self._state["logs"].get("loss"),
-            "train_loss": self._state["logs"].get("train_loss"),
+            "final_loss": run.logs.get("loss"),
+            "train_loss": run.logs.get("train_loss"),
             "learning_rate": args.learning_rate,
             "head_learning_rate": self.head_learning_rate,
             "weight_decay": args.weight_decay,
@@ -213,66 +233,29 @@ class EmbeddingOnlyCallback(TrainerCallback):
             "total_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
             "world_size": args.world_size,
             "second_stage": None if self.second_stage is None else self.second_stage.to_dict(),
-            "row_norms": row_norms(self._model, self._state.get("new_ids")),
+            "row_norms": row_norms(self._model, run.new_ids),
         }
 
 
-class _HeadRate:
-    """Gives the untied head's trainable rows their own learning rate by scaling each step's update by `ratio`."""
+@dataclass
+class _Run:
+    """What the callback keeps between hooks, from `on_init_end` to `on_train_end`.
 
-    def __init__(self, head: torch.nn.Parameter, ratio: float) -> None:
-        self.head, self.ratio = head, ratio
-        self._before: torch.Tensor | None = None
+    Attributes:
+        ids / rows: the trainable row ids (None: every row) and their split (`TrainableRows`).
+        body / tuner: the body parameters a second stage trains, and its LoRA tuner (None without).
+        gate / head: the second stage's gate and the untied head's learning-rate scaler (None when unused).
+        new_ids: the record's new ids (for the row-norm logs), None without a record.
+        logs: the last `loss` / `train_loss` logged, for the record.
+        began: `on_train_begin` has run (row norms are logged from then on).
+    """
 
-    def save(self) -> None:
-        self._before = self.head.detach().clone()
-
-    @torch.no_grad()
-    def apply(self) -> None:
-        self.head.copy_(self._before + (self.head - self._before) * self.ratio)
-
-
-def _new_ids(model: Any) -> torch.Tensor | None:
-    if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        return None
-    device = embedding_parameters(model)[0].device
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
-
-
-def _check_linear_in_lr(optimizer: Any) -> None:
-    """head_learning_rate scales the head's update: exact only where the update is proportional to the rate."""
-    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
-    if not isinstance(inner, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)):
-        raise TrainingSetupError(
-            f"head_learning_rate works with SGD, Adam and AdamW (updates proportional to the learning rate), not "
-            f"{type(inner).__name__}: use optim='adamw_torch' (or 'sgd'), or drop head_learning_rate."
-        )
-
-
-_PREBUILT = (
-    "The Trainer was given an optimizer (optimizers=...), but EmbeddingOnlyCallback(rows={rows!r}) trains rows that "
-    "it splits off into new parameters when the Trainer is built, which an optimizer built before cannot hold. Drop "
-    "optimizers=... and choose the optimizer with TrainingArguments(optim=...) or "
-    "Trainer(optimizer_cls_and_kwargs=(cls, kwargs))."
-)
-
-
-def _check_optimizer(optimizer: Any, model: Any, trainable: list[torch.nn.Parameter]) -> None:
-    """The optimizer holds exactly the parameters that train (the Trainer builds it over those that require grad)."""
-    if optimizer is None:
-        return
-    names = {id(p): name for name, p in model.named_parameters()}
-    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    stray = [i for i in held if i not in {id(p) for p in trainable}]
-    if stray:
-        raise TrainingSetupError(
-            f"The Trainer's optimizer holds {len(stray)} parameters that embedding-only training freezes (e.g. "
-            f"{names.get(stray[0], 'an unnamed one')!r}): it was built before EmbeddingOnlyCallback could "
-            "freeze the body. Let the Trainer build it (drop optimizers=...)."
-        )
-    missing = [p for p in trainable if id(p) not in held]
-    if missing:
-        raise TrainingSetupError(
-            f"The Trainer's optimizer does not hold {names.get(id(missing[0]), 'a parameter')!r}, which "
-            "EmbeddingOnlyCallback trains: let the Trainer build the optimizer (drop optimizers=...)."
-        )
+    ids: torch.Tensor | None
+    rows: TrainableRows
+    body: list[torch.nn.Parameter]
+    tuner: Any
+    gate: BodyGate | None = None
+    head: HeadRate | None = None
+    new_ids: torch.Tensor | None = None
+    logs: dict[str, float] = field(default_factory=dict)
+    began: bool = False

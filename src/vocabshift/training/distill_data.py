@@ -76,8 +76,8 @@ class DistillationCollator:
         sides = [tok(texts, add_special_tokens=False, return_offsets_mapping=True)
                  for tok in (self.tokenizer, self.teacher_tokenizer)]
         limits = (self.max_length, self.max_teacher_length or 8 * self.max_length)
-        rows = [self._row(*(self._side(side, i, prefix) for side, prefix in zip(sides, self._prefixes)), limits)
-                for i in range(len(texts))]
+        rows = [self._row(self._side(sides[0], i, self._prefixes[0]), self._side(sides[1], i, self._prefixes[1]),
+                          limits) for i in range(len(texts))]
         return _pad(rows)
 
     @staticmethod
@@ -102,7 +102,7 @@ class DistillationCollator:
 
 def _pad(rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
     """Right-pad every field to the longest row (ids with 0, chunk indices with -1) and add masks and labels."""
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for name in rows[0]:
         width = max(len(row[name]) for row in rows)
         fill = 0 if name.endswith("input_ids") else -1
@@ -129,7 +129,7 @@ def pack_texts(texts: Iterable[str], tokenizer: Any, *, max_length: int, separat
     """
     texts = list(texts)
     lengths = [len(ids) + 1 for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    packed, current, used = [], [], 1  # the collator's first token
+    packed, current, used = list[str](), list[str](), 1  # the collator's first token
     for text, length in zip(texts, lengths):
         if current and used + length > max_length:
             packed.append(separator.join(current))

@@ -88,6 +88,7 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
     if weights.hidden:
         targets["hidden"] = at_chunk_ends(out.hidden, ends)
     if weights.chunk:
+        assert out.logits is not None  # asked for with logits=True
         targets["chunk_logps"] = chunk_log_probs(token_log_probs(out.logits, batch["teacher_input_ids"]),
                                                  batch["teacher_chunk_ids"], batch["chunk_ends"].shape[1])
     if weights.next_piece:
@@ -105,17 +106,23 @@ def distillation_loss(
     `first_pieces` (see `first_pieces`) is needed for the `next_piece` objective.
     """
     needs_logits = weights.chunk > 0 or weights.next_token > 0 or weights.next_piece > 0  # else one position only
+    if weights.next_piece and first_pieces is None:
+        raise InvalidArgumentError("distillation_loss: the next_piece objective needs first_pieces=first_pieces("
+                                   "record, rows); pass it, or set DistillationWeights(next_piece=0).")
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
     parts: dict[str, torch.Tensor] = {}
     if weights.hidden:
+        assert targets.hidden is not None, "teacher_targets computed with other weights"
         student = at_chunk_ends(out.hidden_states[weights.layer], batch["chunk_ends"])
         parts["hidden"] = hidden_state_loss(student, targets.hidden, batch["chunk_mask"])
     if weights.chunk:
+        assert targets.chunk_logps is not None, "teacher_targets computed with other weights"
         logps = chunk_log_probs(token_log_probs(out.logits, batch["input_ids"]), batch["chunk_ids"],
                                 batch["chunk_ends"].shape[1])
         parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, batch["chunk_mask"])
     if weights.next_piece:
+        assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
         logits = at_chunk_ends(out.logits, batch["chunk_ends"])
         parts["next_piece"] = next_piece_loss(logits, targets.next_logps, first_pieces, batch["chunk_mask"])
     if weights.next_token:

@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from transformers import Trainer
 
+from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import CONFIG_KEY, get_record
+from ..record import get_record, note_objective
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator
 from .distill_objective import DistillationWeights, distillation_loss, first_pieces, teacher_targets
@@ -75,13 +76,14 @@ class DistillationTrainer(Trainer):
         record = get_record(model)
         frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
-        self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen, teacher_model=teacher_model)
+        self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
+                               teacher_model=teacher_model)
         collator = kwargs.pop("data_collator", None) or DistillationCollator(processing_class, teacher_tokenizer,
                                                                             max_length=max_length)
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
-        self.first_pieces = first_pieces(record, model.get_input_embeddings().weight.shape[0], self.args.device)
+        self.first_pieces = first_pieces(record, find_embeddings(model).num_rows, self.args.device)
         self._parts: dict[str, list[float]] = defaultdict(list)
 
     def _set_signature_columns_if_needed(self) -> None:
@@ -107,7 +109,5 @@ class DistillationTrainer(Trainer):
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """`Trainer.train`, then the objective (weights) is noted in the record's last CPT entry."""
         output = super().train(*args, **kwargs)
-        data = getattr(self.model.config, CONFIG_KEY, None)
-        if isinstance(data, dict) and data.get("cpt"):
-            data["cpt"][-1]["objective"] = {"name": "distillation", **self.weights.to_dict()}
+        note_objective(self.model, {"name": "distillation", **self.weights.to_dict()})
         return output

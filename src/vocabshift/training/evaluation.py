@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
+from .._typing import Model, Tokenizer
 from ..arguments import check_count, check_texts, is_int
 from ..embeddings import Embeddings, check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
-from ..record import CONFIG_KEY, get_record
+from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
 from .metrics import default_prefix, token_nll
@@ -85,22 +86,21 @@ class Evaluation:
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 
-    def add_to_record(self, model: Any) -> None:
+    def add_to_record(self, model: Model) -> None:
         """Append this evaluation to the model's ExtensionRecord (`record.evaluations`, saved in config.json).
 
         Raises:
             `RecordError`: if the model carries no record.
         """
-        get_record(model)
-        getattr(model.config, CONFIG_KEY).setdefault("evaluations", []).append(self.to_dict())
+        add_evaluation(model, self.to_dict())
 
 
 def evaluate(
-    model: Any,
-    tokenizer: Any,
+    model: Model,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
-    original_model: Any = None,
+    original_model: Model | None = None,
     original_tokenizer: Any = None,
     context_length: int = 512,
     batch_size: int = 4,
@@ -149,7 +149,7 @@ def evaluate(
     return Evaluation(scores, len(texts), len("\n".join(texts).encode("utf-8")))
 
 
-def check_causal_lm(model: Any, *, argument: str) -> Embeddings:
+def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
     """`model`'s embeddings, once it is known to be a loaded model with an LM head (what held-out scoring needs).
 
     Raises:
@@ -165,42 +165,37 @@ def check_causal_lm(model: Any, *, argument: str) -> Embeddings:
     return embeddings
 
 
-def _checked_tokenizer(model: Any, tokenizer: Any, context_length: int, *, prefix: str) -> Any:
+def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, *, prefix: str) -> Any:
     """The tokenizer as a fast tokenizer, once it is known to fit the model and the model to be a loaded causal LM
     that can take windows of `context_length` (`prefix`: "" or "original_", for the argument names)."""
     embeddings = check_causal_lm(model, argument=f"{prefix}model")
     tokenizer = load_tokenizer(tokenizer, argument=f"{prefix}tokenizer")
-    check_tokenizer(model, tokenizer, embeddings.rows, argument=f"{prefix}tokenizer")
+    check_tokenizer(model, tokenizer, embeddings.num_rows, argument=f"{prefix}tokenizer")
     default_prefix(tokenizer)
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if is_int(positions) and context_length > positions:
+    if isinstance(positions, int) and is_int(positions) and context_length > positions:
         raise InvalidArgumentError(f"context_length={context_length} is longer than the {positions} positions of "
                                    f"{prefix}model ({type(model).__name__}): pass at most {positions}.")
     return tokenizer
 
 
-def _score(label: str, model: Any, tokenizer: Any, texts: Sequence[str], options: dict[str, Any]) -> ModelScores:
+def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str], options: dict[str, Any]
+           ) -> ModelScores:
     with eval_mode(model):
         ids, nll = token_nll(model, tokenizer, texts, **options)
     num_bytes = len("\n".join(texts).encode("utf-8"))
-    new_ids = _new_ids(model, ids.device)
+    new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
         label=label,
         tokens_per_word=tokens_per_word(tokenizer, texts),
         bits_per_byte=nll.double().sum().item() / math.log(2) / num_bytes,
-        loss=_mean(nll),
+        loss=nll.double().mean().item(),  # texts are checked to hold text: there is a token
         loss_new_tokens=None if is_new is None else _mean(nll[is_new]),
         loss_old_tokens=None if is_new is None else _mean(nll[~is_new]),
         new_token_share=None if is_new is None else is_new.double().mean().item(),
         num_tokens=len(ids),
     )
-
-
-def _new_ids(model: Any, device: torch.device) -> torch.Tensor | None:
-    if not isinstance(getattr(model.config, CONFIG_KEY, None), dict):
-        return None
-    return torch.tensor(get_record(model).new_ids, dtype=torch.long, device=device)
 
 
 def _mean(values: torch.Tensor) -> float | None:
@@ -212,7 +207,7 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 @contextlib.contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: Model) -> Iterator[None]:
     """Score without dropout, then give the model back in the mode it was in."""
     training = model.training
     model.eval()

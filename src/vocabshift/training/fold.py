@@ -43,7 +43,8 @@ def _local_rows(weight: Any) -> tuple[torch.Tensor, int]:
     mesh, local = weight.device_mesh, weight.to_local()
     chunk = -(-weight.shape[0] // mesh.size())
     start = min(mesh.get_local_rank() * chunk, weight.shape[0])
-    if mesh.ndim != 1 or tuple(weight.placements) != (Shard(0),) or local.shape[0] != min(chunk, weight.shape[0] - start):
+    expected = min(chunk, weight.shape[0] - start)
+    if mesh.ndim != 1 or tuple(weight.placements) != (Shard(0),) or local.shape[0] != expected:
         raise UnsupportedModelError(
             f"The embedding matrix is a DTensor with placements {tuple(weight.placements)} on a {mesh.ndim}-D mesh: "
             "vocabshift folds rows into row-sharded matrices (fully_shard on a 1-D mesh) only."
@@ -90,7 +91,7 @@ def split_state(model: torch.nn.Module, state_dict: dict, prefix: str, *args: An
 
 
 @torch.no_grad()
-def row_norms_of(module: torch.nn.Module) -> torch.Tensor:
+def row_norms_of(module: torch.nn.Embedding | torch.nn.Linear) -> torch.Tensor:
     """L2 norm (float32) of every row of an embedding module's matrix, its trainable rows included."""
     norms = full(torch.linalg.vector_norm(module.weight.detach(), dim=1, dtype=torch.float32))
     rows = getattr(module, ROWS, None)

@@ -20,10 +20,13 @@ from typing import Any
 
 import torch
 
+from .._typing import Model
+from ..arguments import is_int
+from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError, RecordError
-from ..record import CONFIG_KEY, get_record
+from ..record import add_cpt_entry, get_record
 from .fold import row_norms_of
-from .rows import TrainableRows, embedding_modules, embedding_parameters, split_rows
+from .rows import TrainableRows, embedding_parameters, split_rows
 
 __all__ = [
     "ROW_CHOICES",
@@ -38,7 +41,7 @@ __all__ = [
 ROW_CHOICES = ("new", "all")
 
 
-def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[torch.nn.Parameter]:
+def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[torch.nn.Parameter]:
     """Set `requires_grad=False` on every parameter except the embedding matrices (and `keep`).
 
     Call it before building the optimizer: optimizers (and the Trainer) only take parameters that require grad.
@@ -53,7 +56,7 @@ def freeze_body(model: Any, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[
     return embeddings
 
 
-def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | None:
+def trainable_row_ids(model: Model, rows: str | Sequence[int]) -> torch.Tensor | None:
     """The embedding rows to train: `"all"` -> None (every row), `"new"` -> the record's new ids, or given ids.
 
     Ids come sorted, unique, on the embeddings' device.
@@ -68,7 +71,7 @@ def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | N
         if rows not in ROW_CHOICES:
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
         return None if rows == "all" else _record_new_ids(model, num_rows, device)
-    if not isinstance(rows, Sequence) or not rows or not all(_is_int(i) for i in rows):
+    if not isinstance(rows, Sequence) or not rows or not all(is_int(i) for i in rows):
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a non-empty list of row ids.")
     ids = torch.tensor(sorted(set(rows)), dtype=torch.long, device=device)
     if ids[0] < 0 or ids[-1] >= num_rows:
@@ -79,7 +82,7 @@ def trainable_row_ids(model: Any, rows: str | Sequence[int]) -> torch.Tensor | N
     return ids
 
 
-def _record_new_ids(model: Any, num_rows: int, device: torch.device) -> torch.Tensor:
+def _record_new_ids(model: Model, num_rows: int, device: torch.device) -> torch.Tensor:
     try:
         record = get_record(model)
     except RecordError as error:
@@ -94,11 +97,7 @@ def _record_new_ids(model: Any, num_rows: int, device: torch.device) -> torch.Te
     return ids
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def freeze_for_embedding_training(model: Any, *, rows: str | Sequence[int] = "new") -> TrainableRows:
+def freeze_for_embedding_training(model: Model, *, rows: str | Sequence[int] = "new") -> TrainableRows:
     """Freeze everything but the embeddings, and split the rows that train into their own parameters.
 
     Args:
@@ -125,14 +124,14 @@ def freeze_for_embedding_training(model: Any, *, rows: str | Sequence[int] = "ne
     return split_rows(model, ids)
 
 
-def row_norms(model: Any, new_ids: torch.Tensor | None) -> dict[str, float]:
+def row_norms(model: Model, new_ids: torch.Tensor | None) -> dict[str, float]:
     """Mean L2 norm of the new rows and of the other rows, for the input embeddings and an untied head.
 
     With `new_ids=None` (no record), the mean norm of all rows. Rows split off for training count with their
     current values.
     """
-    inputs, head = embedding_modules(model)
-    modules = [inputs] if head is None or head.weight is inputs.weight else [inputs, head]
+    embeddings = find_embeddings(model)
+    modules = [embeddings.input] + ([] if embeddings.output is None else [embeddings.output])
     figures = {}
     for name, module in zip(("embed", "head"), modules):
         norms = row_norms_of(module)
@@ -146,14 +145,11 @@ def row_norms(model: Any, new_ids: torch.Tensor | None) -> dict[str, float]:
     return figures
 
 
-def record_cpt(model: Any, entry: dict[str, Any]) -> bool:
-    """Append one CPT history entry to the model's ExtensionRecord (`config.vocabshift["cpt"]`).
+def record_cpt(model: Model, entry: dict[str, Any]) -> bool:
+    """Append one CPT history entry to the model's ExtensionRecord (`record.cpt`), e.g. after a training loop of
+    your own; `record.add_cpt_entry` under the name the training API has always had.
 
     Returns:
         False (and does nothing) if the model carries no record.
     """
-    data = getattr(model.config, CONFIG_KEY, None)
-    if not isinstance(data, dict):
-        return False
-    data.setdefault("cpt", []).append(dict(entry))
-    return True
+    return add_cpt_entry(model, entry)

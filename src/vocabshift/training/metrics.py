@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from huggingface_hub.utils import tqdm
 
+from .._typing import Model, Tokenizer
 from ..errors import InvalidArgumentError
 
 __all__ = ["bits_per_byte", "default_prefix", "token_nll"]
@@ -17,8 +17,8 @@ __all__ = ["bits_per_byte", "default_prefix", "token_nll"]
 
 @torch.no_grad()
 def token_nll(
-    model: Any,
-    tokenizer: Any,
+    model: Model,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
     context_length: int = 512,
@@ -44,12 +44,13 @@ def token_nll(
     losses = []
     for start in tqdm(range(0, len(windows), batch_size), desc="Scoring held-out text", leave=False):
         losses.extend(_window_nll(model, windows[start : start + batch_size], device))
-    return torch.tensor(ids, dtype=torch.long, device="cpu"), torch.cat(losses) if losses else torch.zeros(0, device="cpu")
+    nll = torch.cat(losses) if losses else torch.zeros(0, device="cpu")
+    return torch.tensor(ids, dtype=torch.long, device="cpu"), nll
 
 
 def bits_per_byte(
-    model: Any,
-    tokenizer: Any,
+    model: Model,
+    tokenizer: Tokenizer,
     texts: Sequence[str],
     *,
     context_length: int = 512,
@@ -69,7 +70,7 @@ def bits_per_byte(
     return nll.double().sum().item() / math.log(2) / len("\n".join(texts).encode("utf-8"))
 
 
-def default_prefix(tokenizer: Any) -> int:
+def default_prefix(tokenizer: Tokenizer) -> int:
     """The token each scored window starts with: bos, else eos.
 
     Raises:
@@ -83,7 +84,7 @@ def default_prefix(tokenizer: Any) -> int:
     return prefix
 
 
-def _window_nll(model: Any, windows: list[list[int]], device: torch.device) -> list[torch.Tensor]:
+def _window_nll(model: Model, windows: list[list[int]], device: torch.device) -> list[torch.Tensor]:
     """For each window, the NLL (nats) of every token after the first."""
     width = max(map(len, windows))
     input_ids = torch.tensor([w + [0] * (width - len(w)) for w in windows], dtype=torch.long, device=device)

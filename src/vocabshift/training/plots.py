@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..save import atomic_file
+
 __all__ = ["plot_curves", "require_matplotlib"]
 
 
@@ -38,11 +40,9 @@ def plot_curves(
     axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
     axes.grid(alpha=0.3)
     axes.legend()
-    path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    figure.savefig(partial, format="png", dpi=120)
-    os.replace(partial, path)
-    return path
+    with atomic_file(path) as partial:
+        figure.savefig(partial, format="png", dpi=120)
+    return Path(path)
 
 
 def require_matplotlib() -> Any:

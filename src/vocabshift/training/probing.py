@@ -19,18 +19,20 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from ..arguments import check_count, check_rate, check_texts
+from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError
 from ..extend import extend_vocabulary
 from ..record import get_record
 from ..registry import build_config, get_method
+from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .distill_data import DistillationCollator, pack_texts
 from .distill_objective import DistillationWeights, distillation_loss, first_pieces, teacher_targets
-from .teacher import Teacher
 from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
+from .teacher import Teacher
 
 __all__ = ["ProbeResult", "probe"]
 
@@ -161,8 +163,8 @@ def probe(
     for name, value in (("train_texts", train_texts), ("held_out_texts", held_out_texts)):
         check_texts(value, name=name)
     counts = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size, "context_length": context_length}
-    for name, value in counts.items():
-        check_count(value, name=name, minimum=2 if name == "context_length" else 1)
+    for name, count in counts.items():
+        check_count(count, name=name, minimum=2 if name == "context_length" else 1)
     check_count(seed, name="seed", minimum=0)
     check_rate(learning_rate, name="learning_rate")
     check_rate(weight_decay, name="weight_decay", positive=False)
@@ -248,7 +250,7 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
     trainable = freeze_for_embedding_training(model, rows=rows)
     optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)
     device = trainable.parameters[0].device
-    pieces = first_pieces(get_record(model), model.get_input_embeddings().weight.shape[0], device)
+    pieces = first_pieces(get_record(model), find_embeddings(model).num_rows, device)
     curve = [(0, score())]
     model.train()
     with trainable, torch.random.fork_rng(devices=[]):
@@ -273,8 +275,5 @@ def _write(result: ProbeResult, folder: Path) -> ProbeResult:
                        reference=("original model, own tokenizer", result.original_bits_per_byte),
                        title=f"Embedding-only CPT probe: {s['batch_size']}×{s['context_length']} tokens/step, "
                              f"lr {s['learning_rate']:g}")
-    table = folder / "probe.md"
-    partial = table.with_name(".probe.md.partial")
-    partial.write_text(result.to_markdown() + "\n", encoding="utf-8")
-    os.replace(partial, table)
+    table = atomic_write_text(folder / "probe.md", result.to_markdown() + "\n")
     return ProbeResult(result.curves, result.original_bits_per_byte, result.seconds, result.settings, table, plot)

@@ -27,37 +27,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .._typing import Model
+from ..embeddings import find_embeddings
 from ..errors import TrainingSetupError, UnsupportedModelError
 from .fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
-__all__ = ["TrainableRows", "embedding_modules", "embedding_parameters", "split_rows"]
+__all__ = ["TrainableRows", "embedding_parameters", "split_rows"]
 
 
-
-def embedding_modules(model: Any) -> tuple[torch.nn.Module, torch.nn.Module | None]:
-    """The input embedding module and the output head (None when the model has none with a weight).
-
-    Raises:
-        `UnsupportedModelError`: if the model has no input embedding matrix.
-    """
-    inputs = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    weight = getattr(inputs, "weight", None)
-    if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 2:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no input embedding matrix: pass a transformers model with token embeddings."
-        )
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return inputs, (head if getattr(head, "weight", None) is not None else None)
-
-
-def embedding_parameters(model: Any) -> list[torch.nn.Parameter]:
-    """The input embedding matrix and, when it is not tied to it, the output head's weight.
+def embedding_parameters(model: Model) -> list[torch.nn.Parameter]:
+    """The input embedding matrix and, when it is not tied to it, the output head's weight (`Embeddings.weights`).
 
     Raises:
         `UnsupportedModelError`: if the model has no input embedding matrix.
     """
-    inputs, head = embedding_modules(model)
-    return [inputs.weight] if head is None or head.weight is inputs.weight else [inputs.weight, head.weight]
+    return find_embeddings(model).weights
 
 
 class TrainableRows:
@@ -73,7 +57,7 @@ class TrainableRows:
         is_split (`bool`): True until `fold()`.
     """
 
-    def __init__(self, model: Any, ids: torch.Tensor | None, groups: list[list[str]], handles: list[Any]) -> None:
+    def __init__(self, model: Model, ids: torch.Tensor | None, groups: list[list[str]], handles: list[Any]) -> None:
         self.model, self.ids = model, ids
         self._groups, self._handles = groups, handles
 
@@ -117,7 +101,7 @@ class TrainableRows:
         self.fold()
 
 
-def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
+def split_rows(model: Model, ids: torch.Tensor | None) -> TrainableRows:
     """Move the rows `ids` of the embedding matrices into their own trainable parameters; freeze the matrices.
 
     Args:
@@ -131,7 +115,8 @@ def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
     Raises:
         `UnsupportedModelError`: an embedding or head module vocabshift cannot compose rows for.
     """
-    inputs, head = embedding_modules(model)
+    embeddings = find_embeddings(model)
+    inputs, head = embeddings.input, embeddings.head
     if ids is None:
         for weight in embedding_parameters(model):
             weight.requires_grad_(True)
@@ -154,7 +139,7 @@ def split_rows(model: Any, ids: torch.Tensor | None) -> TrainableRows:
     return TrainableRows(model, ids, groups, handles)
 
 
-def _check_modules(inputs: torch.nn.Module, head: torch.nn.Module | None) -> None:
+def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> None:
     if not isinstance(inputs, torch.nn.Embedding) or inputs.max_norm is not None or inputs.sparse \
             or inputs.scale_grad_by_freq:
         raise UnsupportedModelError(
@@ -162,7 +147,8 @@ def _check_modules(inputs: torch.nn.Module, head: torch.nn.Module | None) -> Non
             "an nn.Embedding): vocabshift composes trainable rows only for plain nn.Embedding lookups. Train every "
             "row (rows='all') instead."
         )
-    if head is not None and (not isinstance(head, torch.nn.Linear) or type(head).forward is not torch.nn.Linear.forward):
+    plain = isinstance(head, torch.nn.Linear) and type(head).forward is torch.nn.Linear.forward
+    if head is not None and not plain:
         raise UnsupportedModelError(
             f"The output head is a {type(head).__name__}, not a plain nn.Linear: vocabshift composes trainable rows "
             "only for linear heads. Train every row (rows='all') instead."
@@ -175,7 +161,7 @@ def _check_modules(inputs: torch.nn.Module, head: torch.nn.Module | None) -> Non
             )
 
 
-def _new_rows(weight: torch.nn.Parameter, ids: torch.Tensor) -> torch.nn.Parameter:
+def _new_rows(weight: torch.Tensor, ids: torch.Tensor) -> torch.nn.Parameter:
     """The rows `ids` of `weight` as a new parameter (float32 for half-precision weights); `weight` frozen, those
     rows zeroed."""
     with torch.no_grad():
@@ -185,7 +171,7 @@ def _new_rows(weight: torch.nn.Parameter, ids: torch.Tensor) -> torch.nn.Paramet
     return rows
 
 
-def _register(module: torch.nn.Module, ids: torch.Tensor, rows: torch.nn.Parameter) -> None:
+def _register(module: torch.nn.Embedding | torch.nn.Linear, ids: torch.Tensor, rows: torch.nn.Parameter) -> None:
     slots = torch.full((module.weight.shape[0],), -1, dtype=torch.long, device=ids.device)
     slots[ids] = torch.arange(len(ids), device=ids.device)
     module.register_parameter(ROWS, rows)
@@ -199,7 +185,7 @@ def _unregister(module: torch.nn.Module) -> None:
             delattr(module, name)
 
 
-def _install_lookup(module: torch.nn.Module, ids: torch.Tensor) -> Any:
+def _install_lookup(module: torch.nn.Embedding, ids: torch.Tensor) -> Any:
     _register(module, ids, _new_rows(module.weight, ids))
     pad = module.padding_idx
     padding_slot = int(getattr(module, SLOTS)[pad]) if pad is not None else -1
@@ -207,7 +193,7 @@ def _install_lookup(module: torch.nn.Module, ids: torch.Tensor) -> Any:
     return module.register_forward_hook(hook, with_kwargs=True)
 
 
-def _lookup_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor, *,
+def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict[str, Any], output: torch.Tensor, *,
                  padding_slot: int | None) -> torch.Tensor:
     """Replace the looked-up rows of trainable ids (zero in the frozen matrix) by the trainable rows."""
     ids = args[0] if args else next(iter(kwargs.values()))
@@ -230,12 +216,12 @@ class _Override:
         self.module.__dict__.pop("forward", None)
 
 
-def _install_head(module: torch.nn.Module, start: int | None) -> _Override:
-    module.forward = functools.partial(_head_forward, module, start=start)
+def _install_head(module: torch.nn.Linear, start: int | None) -> _Override:
+    module.forward = functools.partial(_head_forward, module, start=start)  # type: ignore[method-assign]
     return _Override(module)
 
 
-def _head_forward(module: torch.nn.Module, hidden: torch.Tensor, *, start: int | None) -> torch.Tensor:
+def _head_forward(module: torch.nn.Linear, hidden: torch.Tensor, *, start: int | None) -> torch.Tensor:
     """The head's logits with the trainable rows in their columns, without a merged matrix.
 
     For a range of ids (the usual new rows) the frozen matrix's rows before and after the range and the trainable

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .._typing import Model
+from ..arguments import check_count
 from ..errors import InvalidArgumentError
 
 __all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_lora"]
@@ -39,8 +41,7 @@ class SecondStage:
     lora: Any = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.after_step, int) or isinstance(self.after_step, bool) or self.after_step < 0:
-            raise InvalidArgumentError(f"after_step={self.after_step!r} is invalid: pass a non-negative int.")
+        check_count(self.after_step, name="after_step", minimum=0, accepted="a non-negative int")
         from peft import LoraConfig
 
         if self.lora is not None and not isinstance(self.lora, LoraConfig):
@@ -58,7 +59,7 @@ def _modules(config: Any) -> Any:
     return sorted(modules) if isinstance(modules, (set, list, tuple)) else modules
 
 
-def inject_lora(model: Any, config: Any, *, seed: int) -> Any:
+def inject_lora(model: Model, config: Any, *, seed: int) -> Any:
     """Inject LoRA adapters (peft) into `model` in place; their random init is drawn from `seed`.
 
     Returns:
@@ -78,7 +79,7 @@ def merge_lora(tuner: Any) -> None:
         del model.peft_config
 
 
-def body_parameters(model: Any, tuner: Any, embeddings: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+def body_parameters(model: Model, tuner: Any, embeddings: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
     """The parameters the second stage trains: LoRA adapters, or every non-embedding parameter."""
     if tuner is not None:
         return [p for name, p in model.named_parameters() if "lora_" in name]

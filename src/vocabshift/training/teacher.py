@@ -16,8 +16,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..embeddings import original_embeddings, original_tensors
+from ..embeddings import find_embeddings, original_embeddings, original_tensors
 from ..errors import TrainingSetupError
+from ..record import find_record
 
 __all__ = ["Teacher", "TeacherOutput"]
 
@@ -52,8 +53,8 @@ class Teacher:
         self.original: dict[str, torch.Tensor | None] | None = None
         if teacher_model is not None:
             return
-        record = getattr(model.config, "vocabshift", None) or {}
-        if record.get("mode") == "replace":
+        record = find_record(model)
+        if record is not None and record.mode == "replace":
             self.original = _originals(model)
         elif not frozen_old_rows:  # old rows will train: copy them now, while they are the original ones
             self.original = {role: None if t is None else t[:old_rows].clone()
@@ -65,8 +66,11 @@ class Teacher:
         """Hidden states at `layer` and at the last layer and, if asked, logits over the old vocabulary; the model's
         own head runs on one position only (`logits_to_keep=1`): the teacher's logits come from `logits`."""
         model = self.teacher_model if self.teacher_model is not None else self.model
-        inputs = {"input_ids": input_ids} if self.original is None else {
-            "inputs_embeds": _lookup(self.model.get_input_embeddings(), self.original["input"], input_ids)}
+        inputs = {"input_ids": input_ids}
+        if self.original is not None:
+            original = self.original["input"]
+            assert original is not None  # remember_original always keeps the input matrix
+            inputs = {"inputs_embeds": _lookup(find_embeddings(self.model).input, original, input_ids)}
         out = model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
         last = out.hidden_states[-1]
         return TeacherOutput(out.hidden_states[layer], last, self.logits(last) if logits else None)
@@ -76,11 +80,13 @@ class Teacher:
         """The original head's rows of the old vocabulary on last-layer hidden states, with the model's final
         logit soft-capping (Gemma-2)."""
         if self.original is None:
-            head = (self.teacher_model if self.teacher_model is not None else self.model).get_output_embeddings()
-            weight, bias = head.weight, getattr(head, "bias", None)
+            found = find_embeddings(self.teacher_model if self.teacher_model is not None else self.model)
+            assert found.head is not None  # a causal LM has a head
+            weight, bias = found.head.weight, found.bias
         else:
-            weight = self.original["head"] if self.original["head"] is not None else self.original["input"]
-            bias = self.original["bias"]
+            head = self.original["head"] if self.original["head"] is not None else self.original["input"]
+            assert head is not None  # remember_original always keeps the input matrix
+            weight, bias = head, self.original["bias"]
         weight, bias = weight[: self.old_rows], None if bias is None else bias[: self.old_rows]
         scores = F.linear(hidden, weight.to(hidden.dtype), None if bias is None else bias.to(hidden.dtype))
         cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)

@@ -2,6 +2,7 @@
 
 from .align import Alignment, align
 from .forms import TokenForm, detect_family, token_forms
+from .load import fingerprint
 from .merge import MergeReport, merge_tokenizers
 from .replace import replacement_tokenizer
 from .stats import tokens_per_word
@@ -13,6 +14,7 @@ __all__ = [
     "TokenForm",
     "align",
     "detect_family",
+    "fingerprint",
     "merge_tokenizers",
     "replacement_tokenizer",
     "token_forms",

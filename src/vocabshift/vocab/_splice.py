@@ -12,7 +12,11 @@ __all__ = ["append_unigram", "append_wordpiece", "drop_pieces", "merge_pairs", "
 
 
 def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
-    return [tuple(pair.split(" ", 1)) if isinstance(pair, str) else tuple(pair) for pair in model.get("merges", [])]
+    pairs = []
+    for pair in model.get("merges", []):
+        left, right = pair.split(" ", 1) if isinstance(pair, str) else pair
+        pairs.append((left, right))
+    return pairs
 
 
 def next_id(state: dict[str, Any]) -> int:
@@ -30,7 +34,7 @@ def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[s
     from their own text, are built from what it produces instead (`_build`), through pieces that `allowed` accepts.
     """
     vocab, merges = state["model"]["vocab"], state["model"]["merges"]
-    first, added, pending = next_id(state), [], []
+    first, added, pending = next_id(state), list[str](), list[str]()
     for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some)
         if piece in wanted and len(native) == 1 and native not in vocab:
             vocab[native] = first + len(added)

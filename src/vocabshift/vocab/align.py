@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from huggingface_hub.utils import tqdm
 
+from .._typing import Tokenizer
 from .forms import Family, TokenForm, backend_state, detect_family, token_forms
 from .segment import Segmenter
 
@@ -26,6 +26,9 @@ class Alignment:
         decompositions (`list[list[int]]`): for each of `new_ids`, the source ids that the source tokenizer cuts
             that token's text into (in its word position); `[]` when the source tokenizer cannot represent it.
         target_family (`str`): the target tokenizer's family (`"bytelevel"`, `"sentencepiece"` or `"wordpiece"`).
+        new_tokenizer_forms (`list[TokenForm] | None`): the forms of every id of the new tokenizer as the user gave
+            it (before merging), which index a helper model's rows and tell which shared tokens belong to the new
+            language; None when `align` was not given it.
     """
 
     source_forms: list[TokenForm]
@@ -34,9 +37,11 @@ class Alignment:
     new_ids: list[int]
     decompositions: list[list[int]]
     target_family: Family
+    new_tokenizer_forms: list[TokenForm] | None = None
 
 
-def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignment:
+def align(source: Tokenizer, target: Tokenizer, *, keep_source_ids: bool = False, new: Tokenizer | None = None
+          ) -> Alignment:
     """Align the ids of `target` to those of `source` (both fast tokenizers).
 
     Args:
@@ -55,7 +60,7 @@ def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignme
     if keep_source_ids:
         shared = [(i, i) for i in range(len(source_forms))]
     else:
-        first_id: dict[tuple[Any, ...], int] = {}
+        first_id: dict[tuple[object, ...], int] = {}
         for index in sorted(range(len(source_forms)), key=lambda i: (source_forms[i].fallback, i)):
             first_id.setdefault(source_forms[index].key, index)
         shared = [(t, first_id[f.key]) for t, f in enumerate(target_forms) if f.key in first_id]
@@ -65,4 +70,6 @@ def align(source: Any, target: Any, *, keep_source_ids: bool = False) -> Alignme
     decompositions = [
         segmenter.segment(target_forms[t]) for t in tqdm(new_ids, desc="Decomposing new tokens", leave=False)
     ]
-    return Alignment(source_forms, target_forms, shared, new_ids, decompositions, detect_family(target_state))
+    new_forms = None if new is None else token_forms(new)
+    return Alignment(source_forms, target_forms, shared, new_ids, decompositions, detect_family(target_state),
+                     new_forms)

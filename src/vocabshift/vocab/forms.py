@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._typing import Tokenizer
 from ..errors import UnsupportedTokenizerError
 
 __all__ = ["Family", "TokenForm", "backend_state", "byte_alphabet", "detect_family", "native_bytes", "native_string",
@@ -78,7 +79,7 @@ def _byte_decoder() -> tuple[frozenset[str], dict[int, str]]:
     return frozenset(byte_alphabet().values()), {ord(char): chr(byte) for byte, char in byte_alphabet().items()}
 
 
-def backend_state(tokenizer: Any) -> dict[str, Any]:
+def backend_state(tokenizer: Tokenizer) -> dict[str, Any]:
     """The `tokenizer.json` content of a fast tokenizer, as a dict."""
     return json.loads(tokenizer.backend_tokenizer.to_str())
 
@@ -138,7 +139,7 @@ def _model_form(piece: str, family: Family, state: dict[str, Any]) -> TokenForm:
     return TokenForm(raw[1:], True) if raw.startswith(b" ") else TokenForm(raw)
 
 
-def token_forms(tokenizer: Any, state: dict[str, Any] | None = None) -> list[TokenForm]:
+def token_forms(tokenizer: Tokenizer, state: dict[str, Any] | None = None) -> list[TokenForm]:
     """The canonical form of every id of a fast tokenizer, indexed by id (`len(tokenizer)` entries).
 
     Ids that are holes in the vocabulary get an empty special form so that they never match anything.

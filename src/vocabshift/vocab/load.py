@@ -11,6 +11,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from .._typing import Tokenizer as FastTokenizer
 from ..errors import InvalidTokenizerError, TokenizerLoadError
 
 __all__ = ["fingerprint", "load_tokenizer"]
@@ -60,7 +61,7 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
     return tokenizer
 
 
-def fingerprint(tokenizer: Any) -> str:
+def fingerprint(tokenizer: FastTokenizer) -> str:
     """SHA-256 of a tokenizer's id -> token map (added tokens included).
 
     Only what ties ids to embedding rows counts: transformers may rebuild a tokenizer's pipeline on reload (e.g. a

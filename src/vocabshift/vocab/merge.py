@@ -120,7 +120,7 @@ def merge_tokenizers(
         else:
             dropped = append_wordpiece(state, natives, wanted)
         progress.update()
-        for_source = _keep_source(state, source_texts, first_new_id) if keep_source_segmentation else 0
+        for_source = _keep_source(state, source_texts or (), first_new_id) if keep_source_segmentation else 0
         merged = rebuild_tokenizer(source, state)
         progress.update()
         report = MergeReport(len(merged) - before, dropped, *_fertility(source, merged, target_texts, source_texts),
@@ -218,6 +218,6 @@ def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int)
                 for i in encoding.ids if i >= first_new_id}
         if not used:
             return dropped
-        drop_pieces(state, {backend.id_to_token(i) for i in used}, first_new_id=first_new_id)
+        drop_pieces(state, {str(backend.id_to_token(i)) for i in used}, first_new_id=first_new_id)  # ids exist
         dropped += len(used)
     raise RuntimeError("keep_source_segmentation did not converge in 16 rounds")  # each round drops >= 1 piece

@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from .._typing import Tokenizer
 from ..errors import IncompatibleTokenizerError
 from .forms import backend_state
 
@@ -23,7 +24,7 @@ __all__ = ["replacement_tokenizer"]
 _MODEL_SETTINGS = ("model_max_length", "extra_special_tokens", "padding_side", "truncation_side")
 
 
-def replacement_tokenizer(source: Any, new: Any) -> Any:
+def replacement_tokenizer(source: Tokenizer, new: Tokenizer) -> Any:
     """`new` with the added tokens, special-token roles, post-processor and chat template of `source`."""
     state = _merged_state(source, new)
     with tempfile.TemporaryDirectory() as old_dir, tempfile.TemporaryDirectory() as new_dir:
@@ -35,7 +36,7 @@ def replacement_tokenizer(source: Any, new: Any) -> Any:
         return AutoTokenizer.from_pretrained(new_dir)
 
 
-def _merged_state(source: Any, new: Any) -> dict[str, Any] | None:
+def _merged_state(source: Tokenizer, new: Tokenizer) -> dict[str, Any] | None:
     """`new`'s tokenizer.json with `source`'s missing added tokens appended and `source`'s post-processor (its ids
     looked up again); None when that is `new`'s own, as for an extended sibling (parsing and writing the JSON of a
     65k vocabulary costs about 0.5 s)."""

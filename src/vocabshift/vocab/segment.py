@@ -13,6 +13,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from .._typing import Tokenizer as FastTokenizer
 from .forms import TokenForm, backend_state, byte_alphabet, detect_family, native_string
 
 __all__ = ["Segmenter"]
@@ -21,7 +22,8 @@ __all__ = ["Segmenter"]
 def _without_prefixes(node: Any) -> Any:
     """A normalizer/pre-tokenizer tree with prefix-space insertion switched off and `Prepend` normalizers dropped."""
     if isinstance(node, list):
-        return [_without_prefixes(item) for item in node if not (isinstance(item, dict) and item.get("type") == "Prepend")]
+        return [_without_prefixes(item) for item in node
+                if not (isinstance(item, dict) and item.get("type") == "Prepend")]
     if not isinstance(node, dict):
         return node
     node = {key: _without_prefixes(value) for key, value in node.items()}
@@ -37,7 +39,7 @@ def _without_prefixes(node: Any) -> Any:
 class Segmenter:
     """Segments token forms with a (source) tokenizer, the way that tokenizer would cut their text in context."""
 
-    def __init__(self, tokenizer: Any, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, tokenizer: FastTokenizer, state: dict[str, Any] | None = None) -> None:
         state = state or backend_state(tokenizer)
         self.family = detect_family(state)
         state = {
@@ -72,9 +74,10 @@ class Segmenter:
             pieces = self._backend.model.tokenize("".join(alphabet[b] for b in raw))
             return [piece.id for piece in pieces]
         if self.family == "sentencepiece" and self._byte_fallback:
-            ids = [self._backend.token_to_id(native_string(TokenForm(bytes([b]), fallback=True), "sentencepiece"))
-                   for b in raw]
-            return [] if None in ids else ids
+            found = [self._backend.token_to_id(native_string(TokenForm(bytes([b]), fallback=True), "sentencepiece")
+                                               or "") for b in raw]
+            ids = [i for i in found if i is not None]
+            return ids if len(ids) == len(found) else []
         return []
 
     def _wordpiece_continuation(self, text: str) -> list[int]:

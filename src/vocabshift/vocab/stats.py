@@ -40,7 +40,9 @@ def script_of(char: str) -> str | None:
     if not unicodedata.category(char).startswith("L"):
         return None
     name = unicodedata.name(char, "")
-    first = name.split(" ", 1)[0] if name else None
+    if not name:
+        return None
+    first = name.split(" ", 1)[0]
     return _SCRIPT_ALIASES.get(first, first)
 
 
@@ -65,7 +67,7 @@ def bound_to_script(data: bytes, script: str) -> bool:
     if script in scripts_in(data.decode("utf-8", errors="ignore")):
         return True
     tail = _partial_tail(data)
-    return bool(tail) and _tail_scripts(tail) == {script}
+    return bool(tail) and _tail_scripts(tail) == frozenset({script})
 
 
 def _partial_tail(data: bytes) -> bytes:

@@ -18,6 +18,7 @@ from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from ..arguments import check_count
 from ..errors import CorpusError, InvalidArgumentError
 from .forms import SPIECE, backend_state, detect_family
 from .load import load_tokenizer
@@ -75,7 +76,7 @@ def _lines(texts: Any) -> list[str]:
         raise CorpusError(
             f"texts is a {type(texts).__name__} ({str(texts)[:60]!r}), not a collection of lines: train_tokenizer "
             "would learn the characters of that string. Pass the lines, e.g. "
-            "vocabshift.training.read_texts('corpus.txt') or open(path).read().splitlines()."
+            "vocabshift.corpus.read_texts('corpus.txt') or open(path).read().splitlines()."
         )
     if not isinstance(texts, Iterable):
         raise CorpusError(f"texts is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
@@ -116,8 +117,7 @@ def _check_size(vocab_size: Any, alphabet: int, min_frequency: Any) -> None:
             f"byte-fallback pieces, unk) takes {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 "
             "to 32,000)."
         )
-    if not isinstance(min_frequency, int) or isinstance(min_frequency, bool) or min_frequency < 1:
-        raise InvalidArgumentError(f"min_frequency={min_frequency!r} is invalid: pass a positive int (default 2).")
+    check_count(min_frequency, name="min_frequency", accepted="a positive int (default 2)")
 
 
 def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequency: int) -> tuple[Any, Any]:
@@ -125,9 +125,9 @@ def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequenc
     if kind == "WordPiece":
         prefix = old.get("continuing_subword_prefix") or "##"
         unk = old.get("unk_token") or "[UNK]"
-        trainer = trainers.WordPieceTrainer(vocab_size=size, min_frequency=min_frequency, special_tokens=[unk],
-                                            continuing_subword_prefix=prefix, show_progress=False)
-        return models.WordPiece(unk_token=unk, continuing_subword_prefix=prefix), trainer
+        pieces = trainers.WordPieceTrainer(vocab_size=size, min_frequency=min_frequency, special_tokens=[unk],
+                                           continuing_subword_prefix=prefix, show_progress=False)
+        return models.WordPiece(unk_token=unk, continuing_subword_prefix=prefix), pieces
     if kind == "Unigram":
         return models.Unigram(), trainers.UnigramTrainer(vocab_size=size, special_tokens=[], unk_token=None,
                                                          show_progress=False)
@@ -140,7 +140,7 @@ def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequenc
 def _training_pre_tokenizer(old: Any, family: str, like: Any) -> Any:
     """`like`'s pre-tokenizer, a cut before each `▁` where it leaves words whole, and digit isolation where `like`
     spells numbers digit by digit (first, on the text itself: byte-level characters such as '²' stand for bytes)."""
-    parts = [] if _has_multi_digit_tokens(like) else [pre_tokenizers.Digits(individual_digits=True)]
+    parts: list[Any] = [] if _has_multi_digit_tokens(like) else [pre_tokenizers.Digits(individual_digits=True)]
     if old.pre_tokenizer is not None:
         parts.append(old.pre_tokenizer)
     if family == "sentencepiece" and not _splits_words(old):

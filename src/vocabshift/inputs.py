@@ -1,19 +1,52 @@
-"""The helper model of `salt`: its input embedding matrix, checked against the new tokenizer."""
+"""What a method's options name, resolved before the method runs: methods read no file and train nothing.
+
+`extend_vocabulary` calls `resolve_inputs` on the method's config: options named `word_vectors` (a path) are loaded,
+`corpus` (text) becomes token-level fastText vectors trained on it (cached), and `helper_model` (a model) becomes
+its input embedding matrix, checked against the new tokenizer. A registered method with options of those names gets
+them resolved the same way.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from ..errors import HelperModelError
+from ._typing import Tokenizer
+from .embeddings import input_matrix
+from .errors import HelperModelError
+from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
-__all__ = ["helper_matrix"]
+__all__ = ["helper_matrix", "resolve_inputs"]
+
+Config = TypeVar("Config")
 
 
-def helper_matrix(helper: Any, tokenizer: Any) -> torch.Tensor:
+def resolve_inputs(config: Config, new_tokenizer: Tokenizer) -> Config:
+    """`config` with its `word_vectors`, `corpus` and `helper_model` options resolved (see the module docstring).
+
+    Raises:
+        `WordVectorsError`, `CorpusError`: vectors that cannot be read, text fastText cannot train on.
+        `HelperModelError`: see `helper_matrix`.
+    """
+    assert dataclasses.is_dataclass(config) and not isinstance(config, type)
+    names = {item.name for item in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    vectors, corpus = getattr(config, "word_vectors", None), getattr(config, "corpus", None)
+    helper = getattr(config, "helper_model", None)
+    if "corpus" in names and corpus is not None:
+        changes.update(word_vectors=train_word_vectors(corpus, tokenizer=new_tokenizer), corpus=None)
+    elif "word_vectors" in names and vectors is not None and not isinstance(vectors, WordVectors):
+        changes["word_vectors"] = load_word_vectors(vectors)
+    if "helper_model" in names and helper is not None:
+        changes["helper_model"] = helper_matrix(helper, new_tokenizer)
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
     """The helper's input embeddings `(rows, hidden)`, float32, whose row i belongs to token id i of `tokenizer`.
 
     Raises:
@@ -37,11 +70,8 @@ def helper_matrix(helper: Any, tokenizer: Any) -> torch.Tensor:
 
 
 def _input_embeddings(helper: Any) -> torch.Tensor:
-    try:
-        weight = helper.get_input_embeddings().weight
-    except (AttributeError, NotImplementedError):
-        weight = None
-    if not isinstance(weight, torch.Tensor):
+    weight = input_matrix(helper)
+    if weight is None:
         raise HelperModelError(
             f"helper_model is a {type(helper).__name__} without input embeddings: pass a transformers model "
             "(e.g. AutoModel.from_pretrained(...)) or its input embedding matrix as a tensor."
@@ -49,7 +79,7 @@ def _input_embeddings(helper: Any) -> torch.Tensor:
     return weight
 
 
-def _check_saved_vocabulary(helper: Any, tokenizer: Any) -> None:
+def _check_saved_vocabulary(helper: Any, tokenizer: Tokenizer) -> None:
     """When the helper was loaded from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s."""
     folder = Path(str(getattr(helper, "name_or_path", "") or ""))
     path = folder / "tokenizer.json"

@@ -1,0 +1,81 @@
+"""What every `vocabshift` subcommand module uses: the `subcommand` decorator, `arg`, and loading a model folder.
+
+`cli.py` (extend, propagate, card, push, ...) and `cli_train.py` (train, evaluate, probe) register their subcommands
+here; `cli.py` builds the parser from them. Neither imports the other's commands, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import transformers
+
+from ._typing import Model, Tokenizer
+from .errors import InvalidArgumentError, ModelFolderError
+from .hub.push import check_repo_id
+from .vocab.load import load_tokenizer
+
+__all__ = ["SUBCOMMANDS", "Argument", "arg", "load_model", "model_tokenizer", "subcommand"]
+
+Argument = tuple[tuple[str, ...], dict[str, Any]]
+Command = Callable[[argparse.Namespace], int]
+SUBCOMMANDS: list[tuple[str, str, tuple[Argument, ...], Command]] = []
+
+
+def arg(*names: str, **options: Any) -> Argument:
+    """An argument of a subcommand, as `argparse.ArgumentParser.add_argument(*names, **options)` takes it."""
+    return names, options
+
+
+def subcommand(name: str, help: str, *arguments: Argument) -> Callable[[Command], Command]:
+    """Register `function(args) -> exit code` as `vocabshift <name>` (decorator)."""
+
+    def decorator(function: Command) -> Command:
+        SUBCOMMANDS.append((name, help, arguments, function))
+        return function
+
+    return decorator
+
+
+def load_model(path: str, *, argument: str = "model") -> Model:
+    """A model folder or Hub id, loaded with the architecture saved in its config.
+
+    Raises:
+        `ModelFolderError`: a folder without config.json, or a path or repo id transformers cannot load.
+    """
+    _check_model_path(path, argument)
+    try:
+        config = transformers.AutoConfig.from_pretrained(path)
+        architecture = (config.architectures or ["AutoModel"])[0]
+        return getattr(transformers, architecture, transformers.AutoModel).from_pretrained(path)
+    except (OSError, ValueError) as error:  # what transformers raises for missing, unknown or unreadable files
+        raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({type(error).__name__}: {error}): pass a "
+                               "folder written by save_pretrained, or a Hub repo id.") from None
+
+
+def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
+    """The tokenizer saved with a model (folder or Hub id).
+
+    Raises:
+        `ModelFolderError`: as for `load_model`. `TokenizerLoadError`, `InvalidTokenizerError`: no tokenizer
+            there, or not a fast one.
+    """
+    _check_model_path(path, argument)
+    return load_tokenizer(path, argument=f"the tokenizer of {argument}")
+
+
+def _check_model_path(path: str, argument: str) -> None:
+    """A folder with config.json, or something that can be a Hub repo id (checked before anything is loaded)."""
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise ModelFolderError(f"{argument}={path!r} has no config.json: pass a folder written by save_pretrained, "
+                               "or a Hub repo id.")
+    if not folder.exists():
+        try:
+            check_repo_id(path, argument=argument)
+        except InvalidArgumentError:
+            raise ModelFolderError(f"{argument}={path!r} is neither a folder nor a Hub repo id: check the "
+                                   "path.") from None

@@ -1,0 +1,67 @@
+"""What `EmbeddingOnlyCallback` checks of the Trainer's optimizer, and the untied head's own learning rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._typing import Model
+from ..errors import TrainingSetupError
+
+__all__ = ["PREBUILT", "HeadRate", "check_linear_in_lr", "check_optimizer"]
+
+
+class HeadRate:
+    """Gives the untied head's trainable rows their own learning rate by scaling each step's update by `ratio`."""
+
+    def __init__(self, head: torch.nn.Parameter, ratio: float) -> None:
+        self.head, self.ratio = head, ratio
+        self._before: torch.Tensor | None = None
+
+    def save(self) -> None:
+        self._before = self.head.detach().clone()
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        assert self._before is not None, "save() runs before each optimizer step"
+        self.head.copy_(self._before + (self.head - self._before) * self.ratio)
+
+
+def check_linear_in_lr(optimizer: Any) -> None:
+    """head_learning_rate scales the head's update: exact only where the update is proportional to the rate."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+    if not isinstance(inner, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)):
+        raise TrainingSetupError(
+            f"head_learning_rate works with SGD, Adam and AdamW (updates proportional to the learning rate), not "
+            f"{type(inner).__name__}: use optim='adamw_torch' (or 'sgd'), or drop head_learning_rate."
+        )
+
+
+PREBUILT = (
+    "The Trainer was given an optimizer (optimizers=...), but EmbeddingOnlyCallback(rows={rows!r}) trains rows that "
+    "it splits off into new parameters when the Trainer is built, which an optimizer built before cannot hold. Drop "
+    "optimizers=... and choose the optimizer with TrainingArguments(optim=...) or "
+    "Trainer(optimizer_cls_and_kwargs=(cls, kwargs))."
+)
+
+
+def check_optimizer(optimizer: Any, model: Model, trainable: list[torch.nn.Parameter]) -> None:
+    """The optimizer holds exactly the parameters that train (the Trainer builds it over those that require grad)."""
+    if optimizer is None:
+        return
+    names = {id(p): name for name, p in model.named_parameters()}
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    stray = [i for i in held if i not in {id(p) for p in trainable}]
+    if stray:
+        raise TrainingSetupError(
+            f"The Trainer's optimizer holds {len(stray)} parameters that embedding-only training freezes (e.g. "
+            f"{names.get(stray[0], 'an unnamed one')!r}): it was built before EmbeddingOnlyCallback could "
+            "freeze the body. Let the Trainer build it (drop optimizers=...)."
+        )
+    missing = [p for p in trainable if id(p) not in held]
+    if missing:
+        raise TrainingSetupError(
+            f"The Trainer's optimizer does not hold {names.get(id(missing[0]), 'a parameter')!r}, which "
+            "EmbeddingOnlyCallback trains: let the Trainer build the optimizer (drop optimizers=...)."
+        )
