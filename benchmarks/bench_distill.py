@@ -1,15 +1,16 @@
 """Distillation against cross-entropy for embedding-only training of the new rows, on identical batches.
 
 SmolLM2-135M-Instruct + a 16k tokenizer of the target language (the probe's setting: 4 sequences of up to 128
-tokens per step, AdamW at a constant learning rate 1e-3, no weight decay, rows="new", 200 held-out lines never
-trained on). Both objectives run through `vocabshift.DistillationTrainer` with the same collator, order and seed:
-cross-entropy is the trainer with only the next-token weight (its teacher never runs), distillation the trainer's
-default weights (its teacher runs every step). Held-out bits per byte after each checkpoint step, and seconds per
-training step (scoring excluded), so that the comparison holds at equal steps and at equal wall time.
+tokens per step, AdamW at a constant learning rate (1e-3 unless --learning-rate), no weight decay, rows="new",
+200 held-out lines never trained on). Both objectives run through `vocabshift.DistillationTrainer` with the same
+collator, order and seed: cross-entropy is the trainer with only the next-token weight (its teacher never runs),
+distillation the trainer's default weights (its teacher runs every step). Held-out bits per byte after each
+checkpoint step, and seconds per training step (scoring excluded), so that the comparison holds at equal steps and
+at equal wall time.
 
-    python benchmarks/bench_distill.py [--language ru] [--mode extend] [--steps 25 50 100 200]
+    python benchmarks/bench_distill.py [--language ru] [--mode extend] [--steps 25 50 100 200] [--learning-rate 1e-3]
 
-Writes benchmarks/results/distill_<language>_<mode>.md / .json / .png.
+Writes benchmarks/results/distill_<language>_<mode>[_lr<rate>].md / .json / .png.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Checkpoints(TrainerCallback):
                   f"{self.train_seconds / state.global_step:.2f} s/step", flush=True)
 
 
-def run(base, source, new, texts, held_out, weights, mode, steps) -> dict:
+def run(base, source, new, texts, held_out, weights, mode, steps, rate) -> dict:
     model = copy.deepcopy(base)
     tokenizer = model.extend_vocabulary(new, method="subword", mode=mode, source_tokenizer=source)
     with eval_mode(model):
@@ -64,7 +65,7 @@ def run(base, source, new, texts, held_out, weights, mode, steps) -> dict:
     packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=128)]
     checkpoints = Checkpoints(model, tokenizer, held_out, steps)
     with tempfile.TemporaryDirectory() as work:
-        args = TrainingArguments(work, max_steps=max(steps), per_device_train_batch_size=4, learning_rate=1e-3,
+        args = TrainingArguments(work, max_steps=max(steps), per_device_train_batch_size=4, learning_rate=rate,
                                  lr_scheduler_type="constant", weight_decay=0.0, logging_steps=25, save_strategy="no",
                                  report_to=[], seed=0, disable_tqdm=True)
         trainer = vocabshift.DistillationTrainer(
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--language", default="ru")
     parser.add_argument("--mode", default="extend", choices=("extend", "replace"))
     parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200])
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     options = parser.parse_args()
     torch.set_num_threads(2)
     load_before = machine_load()
@@ -90,14 +92,17 @@ def main() -> None:
     results = {}
     for name, weights in OBJECTIVES.items():
         print(f"{name}: {weights}", flush=True)
-        results[name] = run(base, source, new, train[::8], held_out, weights, options.mode, options.steps)
+        results[name] = run(base, source, new, train[::8], held_out, weights, options.mode, options.steps,
+                              options.learning_rate)
     write(options, results, original, load_before)
 
 
 def write(options, results, original, load_before) -> None:
-    stem = RESULTS / f"distill_{options.language}_{options.mode}"
+    suffix = "" if options.learning_rate == 1e-3 else f"_lr{options.learning_rate:g}"
+    stem = RESULTS / f"distill_{options.language}_{options.mode}{suffix}"
     ce, distill = results["cross-entropy"], results["distillation"]
-    lines = [f"# Distillation vs cross-entropy: SmolLM2-135M-Instruct, {options.language}, {options.mode} mode", "",
+    lines = [f"# Distillation vs cross-entropy: SmolLM2-135M-Instruct, {options.language}, {options.mode} mode, "
+             f"learning rate {options.learning_rate:g}", "",
              "| step | cross-entropy bits/byte | distillation bits/byte | ratio |", "|---|---|---|---|"]
     for (step, a), (_, b) in zip(ce["curve"], distill["curve"]):
         lines.append(f"| {step} | {a:.4f} | {b:.4f} | {b / a:.3f} |")
@@ -107,8 +112,8 @@ def write(options, results, original, load_before) -> None:
               f"Original model with its own tokenizer: {original:.4f} bits/byte.",
               f"Distillation weights: {DistillationWeights().to_dict()}.",
               f"Machine: before {load_before}; after {machine_load()}.",
-              "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {}`".format(
-                  options.language, options.mode, " ".join(map(str, options.steps)))]
+              "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {} --learning-rate {:g}`"
+              .format(options.language, options.mode, " ".join(map(str, options.steps)), options.learning_rate)]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     stem.with_suffix(".json").write_text(json.dumps({"original": original, **results}, indent=1) + "\n")
     by_time = {f"{name} (x: seconds)": [(step * r["seconds_per_step"], bpb) for step, bpb in r["curve"]]

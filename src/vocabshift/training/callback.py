@@ -234,6 +234,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
             "world_size": args.world_size,
             "second_stage": None if self.second_stage is None else self.second_stage.to_dict(),
             "row_norms": row_norms(self._model, run.new_ids),
+            # the Trainer's loss: a causal LM's next-token cross-entropy (DistillationTrainer notes its own)
+            "objective": {"name": "next_token"},
         }
 
 
