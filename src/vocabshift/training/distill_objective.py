@@ -44,8 +44,9 @@ class DistillationWeights:
 
     The default, `next_piece` + `next_token`, is the combination that measured best per training step
     (benchmarks/results/distill_*.md, README "Distillation"): `hidden` alone barely lowers held-out bits per byte,
-    and `chunk` trails plain cross-entropy. Per second of training plain cross-entropy (`next_piece=0`) is ahead,
-    since the teacher's forward pass on the longer old tokenization costs about as much as the student's step.
+    and `chunk` trails plain cross-entropy. Per second of training it depends on the language: a step costs about
+    twice a cross-entropy step (the teacher reads the longer old tokenization), which the gain outweighed on German
+    but not on Russian, so compare both with `probe` before a long run.
     """
 
     hidden: float = 0.0
