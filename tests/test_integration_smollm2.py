@@ -32,8 +32,9 @@ def smollm2_setup():
 
 def test_subword_extension_of_smollm2(smollm2_setup):
     base, source, russian = smollm2_setup
-    ru = held_out_split(read_corpus("ru"), 200)[1]
-    en = held_out_split(read_corpus("en"), 200)[1]
+    # the first 100 of the 200 lines the tokenizer never saw: eleven scorings of 200 lines took over 5 minutes of CI
+    ru = held_out_split(read_corpus("ru"), 200)[1][:100]
+    en = held_out_split(read_corpus("en"), 200)[1][:100]
     figures = {"original": {"ru": bits_per_byte(base, source, ru), "en": bits_per_byte(base, source, en),
                             "tokens/word": vocabshift.tokens_per_word(source, ru)}}
     for method, options in (("subword", {}), ("mean", {}), ("random", {}), ("shifted", {"tied_mean_shift": 0.25})):
@@ -46,7 +47,7 @@ def test_subword_extension_of_smollm2(smollm2_setup):
             figures[method]["en"] = bits_per_byte(model, tokenizer, en)
         if method == "subword":
             record = vocabshift.get_record(model)
-    print("\nSmolLM2-135M-Instruct, extend mode, 16k Russian BPE, 200 held-out lines per language")
+    print("\nSmolLM2-135M-Instruct, extend mode, 16k Russian BPE, 100 held-out lines per language")
     print(f"added {len(record.new_ids)} tokens; subword diagnostics {record.diagnostics}")
     for name, row in figures.items():
         print(f"{name:>9}: " + ", ".join(f"{k} {v:.4f}" for k, v in row.items()))
