@@ -113,8 +113,8 @@ def run_mode(mode: str, source, new, vectors) -> dict:
 
 def main() -> None:
     torch.set_num_threads(2)
-    train, _ = common.russian_split()
-    source, new = common.source_tokenizer(), common.russian_tokenizer(train)
+    train, _ = common.split()
+    source, new = common.source_tokenizer(), common.target_tokenizer(train)
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         vocabshift.train_word_vectors(train, tokenizer=new, cache_dir=folder)

