@@ -11,7 +11,8 @@ checkpoint; `subword`, the default method, is the named baseline of every run.
     python benchmarks/bench_methods_trained.py [--language ru] [--mode extend] [--methods ...] [--steps 25 50 100]
                                                [--seeds 0]
 
-Writes benchmarks/results/methods_trained_<language>_<mode>.md / .json / .png.
+Writes benchmarks/results/methods_trained_<language>_<mode>[_seeds<seeds>].md / .json / .png (the suffix unless
+the seeds are just 0).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def main() -> None:
 
 
 def write(options, runs: list[dict], load_before: str) -> None:
-    stem = RESULTS / f"methods_trained_{options.language}_{options.mode}"
+    seeds = "" if options.seeds == [0] else "_seeds" + "-".join(map(str, options.seeds))
+    stem = RESULTS / f"methods_trained_{options.language}_{options.mode}{seeds}"
     steps = [step for step, _ in runs[0]["curve"]]
     lines = [f"# Methods after embedding-only training: SmolLM2-135M-Instruct, {options.language}, {options.mode} mode",
              "", "Held-out bits per byte (200 lines); next-token cross-entropy, 4 x 128 tokens per step, lr 1e-3, "

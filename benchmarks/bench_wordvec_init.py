@@ -50,7 +50,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _diagnostics(record_diagnostics: dict) -> dict:
     keep = ("anchors", "new_with_vector", "random_fallback", "support_size", "relative_residual", "condition_number",
             "rank_deficient", "norm_guarded", "new_in_words", "epochs", "best_validation_loss", "permutation_cosine",
-            "explained_variance", "training_pairs", "global_map")
+            "explained_variance", "training_pairs", "global_map", "global_map_only")
     return {key: value for key, value in record_diagnostics.items() if key in keep}
 
 

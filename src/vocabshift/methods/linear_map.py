@@ -16,6 +16,7 @@ from .base import precise
 __all__ = ["LinearMap", "fit_linear_map"]
 
 _HELD_OUT = 0.1
+_MIN_PAIRS = 20  # at least 2 held out
 _RIDGES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)  # relative to the mean eigenvalue of AᵀA
 
 
@@ -32,26 +33,24 @@ class LinearMap:
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return ((x.to(self.weight.dtype) - self.source_mean) @ self.weight + self.target_mean).to(x.dtype)
 
-    def apply_linear(self, x: torch.Tensor) -> torch.Tensor:
-        """The map without its offsets, for differences of source vectors (residuals)."""
-        return (x.to(self.weight.dtype) @ self.weight).to(x.dtype)
-
 
 def fit_linear_map(source: torch.Tensor, target: torch.Tensor, *, seed: int) -> LinearMap:
     """Ridge map from `source` rows to `target` rows (paired), centred, in float64 where the device has it.
 
     The ridge is the one of `_RIDGES` with the smallest squared error on a random 10% of the pairs (drawn from
-    `seed`); the map is then refitted on all pairs with it.
+    `seed`); the map is then refitted on all pairs with it. With fewer than `_MIN_PAIRS` pairs nothing can be held
+    out: the ridge is 1 and the R² is NaN (not measured).
     """
     wide = precise(source.device)
     x, y = source.to(wide), target.to(wide)
+    if len(x) < _MIN_PAIRS:
+        return LinearMap(*_solve(x, y, 1.0), ridge=1.0, held_out_r2=float("nan"))
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed), device="cpu").to(x.device)
-    held, kept = order[: max(1, int(len(x) * _HELD_OUT))], order[max(1, int(len(x) * _HELD_OUT)) :]
+    held, kept = order[: int(len(x) * _HELD_OUT)], order[int(len(x) * _HELD_OUT) :]
     errors = {ridge: _held_error(x[kept], y[kept], x[held], y[held], ridge) for ridge in _RIDGES}
     ridge = min(errors, key=lambda r: errors[r])
     baseline = (y[held] - y[kept].mean(dim=0)).pow(2).sum().item()
-    weight, source_mean, target_mean = _solve(x, y, ridge)
-    return LinearMap(weight, source_mean, target_mean, ridge, 1 - errors[ridge] / max(baseline, 1e-300))
+    return LinearMap(*_solve(x, y, ridge), ridge=ridge, held_out_r2=1 - errors[ridge] / max(baseline, 1e-300))
 
 
 def _held_error(x: torch.Tensor, y: torch.Tensor, x_held: torch.Tensor, y_held: torch.Tensor, ridge: float) -> float:

@@ -6,6 +6,9 @@ shared ones) with weights softmax(similarity / temperature). New tokens that app
 With `rank`, the combination happens on OFA's SVD coordinates and is projected back by the primitive embeddings, so
 rows stay in the top-`rank` subspace; without it (the default), full rows are combined, which is the same
 computation at full rank: a Hugging Face model stores full rows, not OFA's two factors.
+
+Where it stands (README, "Word-vector methods"): behind `subword` on SmolLM2 + Russian at step 0 and after
+embedding-only training, with word vectors trained here (no ColexNet+ offline). Choose with `probe`.
 """
 
 from __future__ import annotations

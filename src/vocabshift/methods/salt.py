@@ -13,6 +13,10 @@ row = G(e) + c (B − G(A)). The anchors' errors under `G` are carried over as t
 cannot express is still mapped by `G`, and new tokens without a word vector get G(e) alone. The map's held-out R²
 goes to the record, and a helper whose R² is at most 0 (no better than the anchors' mean row) is reported in a
 warning. Per token: support size k, relative residual ‖e − cA‖/‖e‖ and the condition number of `A`.
+
+Where it stands (README, "Word-vector methods"): with Gemma-3-270M as the helper, the best of the
+word-vector methods on SmolLM2 + Russian and ahead of `focus` after training, but behind `subword`. A helper
+trained on little text makes rows worse than `mean`. Choose with `probe`.
 """
 
 from __future__ import annotations
