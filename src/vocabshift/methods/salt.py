@@ -53,11 +53,11 @@ class SaltConfig:
 
     The paper's setting is `temperature=1.0, ridge=0.0, max_anchors=None, norm_guard=None, global_map=False`. The
     first four defaults differ because of the word vectors: the paper used pretrained word-level fastText, whose flat
-    similarities give sparsemax supports of hundreds of anchors; FOCUS-style token-level vectors give peaked ones
-    (median 14 anchors on SmolLM2 + a 16k Russian tokenizer), too few to span the helper embedding (relative residual
-    ~0.8), and the transferred rows were no better than the mean row. Dividing similarities by 32 brings back
-    supports of hundreds, the ridge keeps their least squares stable, the cap bounds the cost (k² per token) and the
-    guard catches the rows least squares still blows up. Measured figures: README.md, "Word-vector methods".
+    similarities give sparsemax supports of hundreds of anchors; FOCUS-style token-level vectors give peaked ones,
+    too few to span the helper embedding, and the transferred rows were no better than the mean row. Dividing
+    similarities by 32 brings back supports of hundreds, the ridge keeps their least squares stable, the cap bounds
+    the cost (k² per token) and the guard catches the rows least squares still blows up. Measured figures:
+    README.md, "Word-vector methods".
 
     Attributes:
         helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with
