@@ -83,7 +83,8 @@ class HyperOfaConfig:
     config_class=HyperOfaConfig,
     pretty_name="HyperOFA",
     paper_url="https://arxiv.org/abs/2504.21018",
-    summary="a hypernetwork (set encoder or BiLSTM) maps a token's matched word vectors to its SVD coordinate row",
+    summary="a hypernetwork (set encoder or BiLSTM) maps a token's matched word vectors to a correction of OFA's "
+            "row in SVD coordinates (or to the coordinates, as in the paper)",
 )
 def init_hyperofa(context: InitContext, config: HyperOfaConfig) -> InitResult:
     """Train the hypernetwork on old tokens, predict coordinates of new tokens, project them to rows."""
