@@ -125,14 +125,15 @@ def init_salt(context: InitContext, config: SaltConfig) -> InitResult:
     maps: list[LinearMap] = []
 
     def side(matrix: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        targets = matrix[space.anchor_source_ids[usable]]
+        anchor_ids = space.anchor_source_ids[usable]
         if config.global_map:
+            targets = matrix[anchor_ids]
             maps.append(fit_linear_map(anchor_rows, targets, seed=context.seed))
             transferred = maps[-1].predict(helper[new_helper[has_helper]])
             errors = targets - maps[-1].predict(anchor_rows)
             transferred[solvable[has_helper]] += coefficients.apply(errors, _every(errors))
         else:
-            transferred = coefficients.apply(targets, _every(targets))
+            transferred = coefficients.apply(matrix, anchor_ids)
         rows, count = _guard(transferred, matrix, config.norm_guard)
         return with_fallback(matrix, covered, rows, generator), count
 
