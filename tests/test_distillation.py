@@ -37,7 +37,7 @@ def test_same_tokenizer_gives_zero_losses(tokenizers_en, en_lines):
     model = make_model("qwen2-tied", tokenizer)
     batch = DistillationCollator(tokenizer, tokenizer, max_length=32)(en_lines[:3])
     teacher = Teacher(model, old_rows=len(tokenizer), frozen_old_rows=True)
-    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, next_token=0)
+    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=0, next_token=0)
     loss, parts = distillation_loss(model, teacher_targets(teacher, batch, weights), batch, weights,
                                     first_pieces=torch.arange(len(tokenizer)))
     assert parts["hidden"] == 0.0 and parts["chunk"] == 0.0 and abs(parts["next_piece"]) < 1e-6
@@ -65,7 +65,8 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     texts = [{"text": t} for t in pack_texts(ru_lines[:200], tokenizer, max_length=32)]
     trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=texts, processing_class=tokenizer,
                                   teacher_tokenizer=source, max_length=32,
-                                  weights=DistillationWeights(hidden=1, chunk=1, next_piece=1, next_token=1),
+                                  weights=DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1,
+                                                              next_token=1),
                                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
     trainer.train()
     old = torch.ones(model.config.vocab_size, dtype=torch.bool)
@@ -77,9 +78,10 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
             assert torch.equal(parameter, before[name]), name
     logged = [entry for entry in trainer.state.log_history if "distill/hidden" in entry]
     assert len(logged) == 3 and all(entry["distill/chunk"] >= 0 <= entry["distill/next_piece"] for entry in logged)
+    assert all(entry["distill/piece_tree"] > 0 for entry in logged)
     cpt = vocabshift.get_record(model).cpt[-1]
-    assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "next_token": 1,
-                                "layer": -1}
+    assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
+                                "next_token": 1, "layer": -1}
 
 
 def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -118,7 +120,7 @@ def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers
 
 def test_weights_are_checked():
     with pytest.raises(InvalidArgumentError, match="Every weight is 0"):
-        DistillationWeights(hidden=0, chunk=0, next_piece=0, next_token=0)
+        DistillationWeights(hidden=0, chunk=0, next_piece=0, piece_tree=0, next_token=0)
     with pytest.raises(InvalidArgumentError, match="chunk=-1 is invalid"):
         DistillationWeights(chunk=-1)
     with pytest.raises(InvalidArgumentError, match="layer='last' is invalid"):

@@ -21,7 +21,7 @@ trainer = vocabshift.DistillationTrainer(
     model=model, args=args, train_dataset=json.loads((source / "texts.json").read_text()),
     processing_class=AutoTokenizer.from_pretrained(source), teacher_tokenizer=AutoTokenizer.from_pretrained(
         source / "teacher"), max_length=32,
-    weights=vocabshift.DistillationWeights(hidden=1, chunk=1, next_piece=1, next_token=1),
+    weights=vocabshift.DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1),
     callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
 trainer.train()
 if trainer.is_world_process_zero():

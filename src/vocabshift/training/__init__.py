@@ -2,7 +2,7 @@
 
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator, pack_texts
-from .distill_objective import DistillationWeights, TeacherTargets, distillation_loss, first_pieces, teacher_targets
+from .distill_objective import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
 from .distillation import DistillationTrainer
 from .evaluation import Evaluation, ModelScores, evaluate
 from .freeze import (
@@ -14,6 +14,7 @@ from .freeze import (
     trainable_row_ids,
 )
 from .metrics import bits_per_byte, token_nll
+from .pieces import PieceTree, first_pieces, piece_tree
 from .plots import plot_curves
 from .probing import ProbeResult, probe
 from .rows import TrainableRows
@@ -26,6 +27,7 @@ __all__ = [
     "EmbeddingOnlyCallback",
     "Evaluation",
     "ModelScores",
+    "PieceTree",
     "ProbeResult",
     "SecondStage",
     "TeacherTargets",
@@ -34,10 +36,11 @@ __all__ = [
     "distillation_loss",
     "embedding_parameters",
     "evaluate",
-    "freeze_body",
     "first_pieces",
+    "freeze_body",
     "freeze_for_embedding_training",
     "pack_texts",
+    "piece_tree",
     "plot_curves",
     "probe",
     "record_cpt",

@@ -1,6 +1,6 @@
 """Losses that learn new embedding rows from the original model on the same text in the old tokenization.
 
-Four objectives over the chunks of `chunks.py` (chunk 0 is the shared first token: never scored itself, though
+Five objectives over the chunks of `chunks.py` (chunk 0 is the shared first token: never scored itself, though
 `next_piece_loss` scores the prediction made after it):
 
 - `hidden_state_loss`: the student's hidden state after the last token of each chunk against the teacher's after
@@ -11,6 +11,10 @@ Four objectives over the chunks of `chunks.py` (chunk 0 is the shared first toke
 - `next_piece_loss`: after each chunk, the teacher's distribution over its next (old) token against the student's
   over its next token, each new token counted as the first old piece of its decomposition. Dense: every chunk end
   tells every new row how much probability its group of continuations should get. Trains the output rows.
+- `piece_tree_loss`: after each chunk, along the next chunk's old pieces, how the student's tokens that share each
+  prefix of them split by their next piece, against the teacher's distribution over that piece one old position
+  further (`pieces.py`). `next_piece` fixes each first piece's share; this fixes the split inside it, which plain
+  cross-entropy teaches only through the one target. Trains the output rows.
 - `next_token_loss`: plain cross-entropy of the student's next token, as in ordinary training.
 
 All are plain functions of model outputs and the collator's chunk maps, for custom training loops. Each is a mean
@@ -24,6 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .pieces import PieceTree
+
 __all__ = [
     "at_chunk_ends",
     "chunk_likelihood_loss",
@@ -31,6 +37,7 @@ __all__ = [
     "hidden_state_loss",
     "next_piece_loss",
     "next_token_loss",
+    "piece_tree_loss",
     "token_log_probs",
 ]
 
@@ -104,6 +111,39 @@ def next_piece_loss(student_logits: torch.Tensor, teacher_logps: torch.Tensor, f
     teacher = teacher_logps.float()
     kl = (teacher.exp() * (teacher - grouped[..., :-1].clamp_min(1e-30).log())).sum(-1)
     return _sequence_mean(kl, chunk_mask)
+
+
+def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: torch.Tensor,
+                    teacher_slot_logps: torch.Tensor, tree: PieceTree, chunk_mask: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) of how each node of the piece tree along the next chunk's pieces splits, summed over
+    the depths after each chunk.
+
+    Args:
+        student_logits (`(batch, chunks, new vocabulary)`): at the chunk ends.
+        index (`(n, 3)`): batch row, chunk and depth - 1 of each split; nodes (`(n,)`): its node of `tree`.
+        teacher_slot_logps (`(n, slots)`): the teacher's log probability of each child piece (slot 0, "stops
+            here", takes what the children leave when a token stops there).
+        chunk_mask: the collator's; chunks followed by another count (with 0 where nothing splits).
+    """
+    has_next = F.pad(chunk_mask[:, 1:], (0, 1), value=False)
+    if not len(nodes):
+        return _sequence_mean(student_logits.sum(-1) * 0, has_next)
+    row, chunk, depth = index[:, 0], index[:, 1], index[:, 2] + 1  # index[:, 2] counts depths from 1
+    start, size = tree.start[nodes], tree.size[nodes]
+    columns = torch.arange(int(size.max()), device=nodes.device)
+    padding = columns >= size[:, None]
+    positions = (start[:, None] + columns).clamp(max=len(tree.order) - 1)
+    logits = student_logits[row[:, None], chunk[:, None], tree.order[positions]].float()
+    logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+    slots = tree.slots[positions, depth[:, None]].masked_fill(padding, 0)
+    student = torch.zeros_like(teacher_slot_logps, dtype=torch.float32).scatter_add(1, slots, logits.softmax(-1))
+    teacher = teacher_slot_logps.float().exp().masked_fill(tree.child_pieces[nodes] < 0, 0.0)
+    rest = (1 - teacher.sum(-1)).clamp(min=0) * tree.has_stop[nodes]
+    teacher = torch.cat([rest[:, None], teacher[:, 1:]], -1)
+    teacher = teacher / teacher.sum(-1, keepdim=True).clamp(min=1e-30)
+    kl = (torch.xlogy(teacher, teacher) - teacher * student.clamp(min=1e-30).log()).sum(-1)
+    per_chunk = kl.new_zeros(has_next.shape).index_put((row, chunk), kl, accumulate=True)
+    return _sequence_mean(per_chunk, has_next)
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

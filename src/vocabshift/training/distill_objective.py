@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..errors import InvalidArgumentError
-from ..record import ExtensionRecord, unpack_ids
 from .distill_losses import (
     at_chunk_ends,
     chunk_likelihood_loss,
@@ -21,13 +20,22 @@ from .distill_losses import (
     hidden_state_loss,
     next_piece_loss,
     next_token_loss,
+    piece_tree_loss,
     token_log_probs,
 )
+from .pieces import PieceTree, first_pieces, piece_tree
 from .teacher import Teacher
 
-__all__ = ["DistillationWeights", "TeacherTargets", "distillation_loss", "first_pieces", "teacher_targets"]
+__all__ = [
+    "DistillationWeights",
+    "TeacherTargets",
+    "distillation_loss",
+    "first_pieces",
+    "piece_tree",
+    "teacher_targets",
+]
 
-_OBJECTIVES = ("hidden", "chunk", "next_piece", "next_token")
+_OBJECTIVES = ("hidden", "chunk", "next_piece", "piece_tree", "next_token")
 
 
 @dataclass(frozen=True)
@@ -39,19 +47,23 @@ class DistillationWeights:
         chunk (`float`): chunk log-likelihood matching (trains the output rows, and the input rows).
         next_piece (`float`): the next-token distribution after each chunk, new tokens counted as their first old
             piece (trains the output rows, densely).
+        piece_tree (`float`): along the next chunk's old pieces, how the tokens sharing each prefix split by their
+            next piece (trains the output rows).
         next_token (`float`): plain next-token cross-entropy of the student.
         layer (`int`): index into `hidden_states` (-1: the last layer, after the final norm).
 
-    The default, `next_piece` + `next_token`, is the combination that measured best per training step
-    (benchmarks/results/distill_*.md, README "Distillation"): `hidden` alone barely lowers held-out bits per byte,
-    and `chunk` trails plain cross-entropy. Per second of training it depends on the language: a step costs about
-    twice a cross-entropy step (the teacher reads the longer old tokenization), which the gain outweighed on German
-    but not on Russian, so compare both with `probe` before a long run.
+    The default, `next_piece` + `piece_tree` + `next_token`, is the combination that measured best per training
+    step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside each
+    first-piece group that `next_piece` alone leaves to the one target, which matters most where first pieces are
+    single letters (byte-level BPE); `hidden` alone barely lowers held-out bits per byte, and `chunk` trails plain
+    cross-entropy. A step costs about three times a cross-entropy step (the teacher reads the longer old
+    tokenization), so compare both per second with `probe` before a long run.
     """
 
     hidden: float = 0.0
     chunk: float = 0.0
     next_piece: float = 1.0
+    piece_tree: float = 1.0
     next_token: float = 1.0
     layer: int = -1
 
@@ -67,7 +79,7 @@ class DistillationWeights:
 
     @property
     def uses_teacher(self) -> bool:
-        return bool(self.hidden or self.chunk or self.next_piece)
+        return bool(self.hidden or self.chunk or self.next_piece or self.piece_tree)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,15 +88,27 @@ class DistillationWeights:
 @dataclass(frozen=True)
 class TeacherTargets:
     """What the student is compared with, per chunk (`None` when the weights do not use it): the teacher's hidden
-    states after each chunk, its log probability of each chunk, and its next-token log probabilities there."""
+    states after each chunk, its log probability of each chunk, its next-token log probabilities there, and the
+    splits of the piece tree along each next chunk (`piece_tree_loss`: where, which node, the teacher's log
+    probabilities of its child pieces)."""
 
     hidden: torch.Tensor | None = None
     chunk_logps: torch.Tensor | None = None
     next_logps: torch.Tensor | None = None
+    tree_index: torch.Tensor | None = None
+    tree_nodes: torch.Tensor | None = None
+    tree_logps: torch.Tensor | None = None
 
 
-def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights) -> TeacherTargets:
-    """Run the teacher on the teacher side of a `DistillationCollator` batch (no gradients)."""
+def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
+                    tree: PieceTree | None = None) -> TeacherTargets:
+    """Run the teacher on the teacher side of a `DistillationCollator` batch (no gradients).
+
+    `tree` (see `piece_tree`) is needed for the `piece_tree` objective.
+    """
+    if weights.piece_tree and tree is None:
+        raise InvalidArgumentError("The piece_tree objective needs tree=piece_tree(record, rows); pass it, or set "
+                                   "DistillationWeights(piece_tree=0).")
     if not weights.uses_teacher:
         return TeacherTargets()
     out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=weights.layer,
@@ -97,21 +121,52 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
         assert out.logits is not None  # asked for with logits=True
         targets["chunk_logps"] = chunk_log_probs(token_log_probs(out.logits, batch["teacher_input_ids"]),
                                                  batch["teacher_chunk_ids"], batch["chunk_ends"].shape[1])
+    last = out.hidden if weights.layer == -1 else out.last_hidden
     if weights.next_piece:
-        last = out.hidden if weights.layer == -1 else out.last_hidden
         targets["next_logps"] = teacher.logits(at_chunk_ends(last, ends)).float().log_softmax(-1)
+    if weights.piece_tree:
+        assert tree is not None  # checked above
+        targets.update(_tree_targets(teacher, last, batch, tree))
     return TeacherTargets(**targets)
+
+
+def _tree_targets(teacher: Teacher, last: torch.Tensor, batch: dict[str, torch.Tensor],
+                  tree: PieceTree) -> dict[str, torch.Tensor]:
+    """Walk the tree along each next chunk's old pieces (and past it while tokens go on); where a node splits, the
+    teacher's log probabilities of its child pieces at the old position of the node's last piece."""
+    ids, ends = batch["teacher_input_ids"], batch["teacher_chunk_ends"]
+    lengths = batch["teacher_attention_mask"].sum(1, keepdim=True)
+    node = torch.where(F.pad(batch["chunk_mask"][:, 1:], (0, 1), value=False), 0, -1)  # the root, if a chunk follows
+    nodes, positions = [], []
+    for depth in range(1, tree.depth + 1):
+        at = ends + depth
+        inside = (node >= 0) & (at < lengths)
+        at = torch.where(inside, at, 0)
+        node = tree.child(torch.where(inside, node, -1), ids.gather(1, at))
+        nodes.append(node)
+        positions.append(at)
+    stacked = torch.stack(nodes, -1)
+    splits = (stacked >= 0) & (tree.child_pieces[stacked.clamp(min=0), 1] >= 0)  # a node with children
+    index = splits.nonzero()
+    where = torch.stack(positions, -1)[splits]
+    chosen = tree.child_pieces[stacked[splits]]
+    logps = teacher.logits(last[index[:, 0], where]).float().log_softmax(-1)
+    return {"tree_index": index, "tree_nodes": stacked[splits], "tree_logps": logps.gather(1, chosen.clamp(min=0))}
 
 
 def distillation_loss(
     model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
-    first_pieces: torch.Tensor | None = None,
+    first_pieces: torch.Tensor | None = None, tree: PieceTree | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value.
 
-    `first_pieces` (see `first_pieces`) is needed for the `next_piece` objective.
+    `first_pieces` (see `first_pieces`) is needed for the `next_piece` objective, `tree` (see `piece_tree`) for
+    `piece_tree`.
     """
-    needs_logits = weights.chunk > 0 or weights.next_token > 0 or weights.next_piece > 0  # else one position only
+    needs_logits = weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree
+    if weights.piece_tree and tree is None:
+        raise InvalidArgumentError("distillation_loss: the piece_tree objective needs tree=piece_tree(record, rows); "
+                                   "pass it, or set DistillationWeights(piece_tree=0).")
     if weights.next_piece and first_pieces is None:
         raise InvalidArgumentError("distillation_loss: the next_piece objective needs first_pieces=first_pieces("
                                    "record, rows); pass it, or set DistillationWeights(next_piece=0).")
@@ -127,26 +182,17 @@ def distillation_loss(
         logps = chunk_log_probs(token_log_probs(out.logits, batch["input_ids"]), batch["chunk_ids"],
                                 batch["chunk_ends"].shape[1])
         parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, batch["chunk_mask"])
+    if weights.next_piece or weights.piece_tree:
+        logits = at_chunk_ends(out.logits, batch["chunk_ends"])
     if weights.next_piece:
         assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
-        logits = at_chunk_ends(out.logits, batch["chunk_ends"])
         parts["next_piece"] = next_piece_loss(logits, targets.next_logps, first_pieces, batch["chunk_mask"])
+    if weights.piece_tree:
+        assert targets.tree_index is not None and targets.tree_nodes is not None and targets.tree_logps is not None
+        assert tree is not None  # checked above
+        parts["piece_tree"] = piece_tree_loss(logits, targets.tree_index, targets.tree_nodes, targets.tree_logps,
+                                              tree, batch["chunk_mask"])
     if weights.next_token:
         parts["next_token"] = next_token_loss(out.logits, batch["labels"])
     loss = sum(getattr(weights, name) * value for name, value in parts.items())
     return loss, {name: value.item() for name, value in parts.items()}
-
-
-def first_pieces(record: ExtensionRecord, rows: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """For every row of the extended model, the old id whose probability it counts for in `next_piece_loss`: the
-    old token it copies (extend mode: itself), the first piece of a new token's decomposition, or
-    `record.old_vocab_size` (no old token: padding rows, tokens the old tokenizer cannot write)."""
-    table = np.full(rows, record.old_vocab_size, dtype=np.int64)
-    pairs = np.asarray(record.shared_pairs(), dtype=np.int64).reshape(-1, 2)
-    table[pairs[:, 0]] = pairs[:, 1]
-    lengths = np.asarray(unpack_ids(record.decompositions["lengths"]), dtype=np.int64)
-    flat = np.asarray(unpack_ids(record.decompositions["ids"]), dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
-    new_ids = np.asarray(record.new_ids, dtype=np.int64)
-    table[new_ids[lengths > 0]] = flat[starts[lengths > 0]]
-    return torch.from_numpy(table).to(device)

@@ -18,7 +18,8 @@ from ..errors import InvalidArgumentError, TrainingSetupError
 from ..record import get_record, note_objective
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator
-from .distill_objective import DistillationWeights, distillation_loss, first_pieces, teacher_targets
+from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
+from .pieces import first_pieces, piece_tree
 from .teacher import Teacher
 
 __all__ = ["DistillationTrainer"]
@@ -83,7 +84,9 @@ class DistillationTrainer(Trainer):
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
-        self.first_pieces = first_pieces(record, find_embeddings(model).num_rows, self.args.device)
+        rows = find_embeddings(model).num_rows
+        self.first_pieces = first_pieces(record, rows, self.args.device)
+        self.tree = piece_tree(record, rows, self.args.device) if self.weights.piece_tree else None
         self._parts: dict[str, list[float]] = defaultdict(list)
 
     def _set_signature_columns_if_needed(self) -> None:
@@ -91,8 +94,9 @@ class DistillationTrainer(Trainer):
 
     def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
-        loss, parts = distillation_loss(model, teacher_targets(self.teacher, inputs, self.weights), inputs,
-                                        self.weights, first_pieces=self.first_pieces)
+        targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree)
+        loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
+                                        tree=self.tree)
         for name, value in parts.items():
             self._parts[name].append(value)
         if return_outputs:

@@ -27,16 +27,18 @@ from ..registry import build_config, get_method
 from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .distill_data import DistillationCollator, pack_texts
-from .distill_objective import DistillationWeights, distillation_loss, first_pieces, teacher_targets
+from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from .evaluation import check_causal_lm, eval_mode
 from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
+from .pieces import first_pieces, piece_tree
 from .plots import plot_curves, require_matplotlib
 from .teacher import Teacher
 
 __all__ = ["ProbeResult", "probe"]
 
-_OBJECTIVES = {"next_token": DistillationWeights(next_piece=0, next_token=1), "distillation": DistillationWeights()}
+_OBJECTIVES = {"next_token": DistillationWeights(next_piece=0, piece_tree=0, next_token=1),
+               "distillation": DistillationWeights()}
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,9 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
     trainable = freeze_for_embedding_training(model, rows=rows)
     optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)
     device = trainable.parameters[0].device
-    pieces = first_pieces(get_record(model), find_embeddings(model).num_rows, device)
+    record, rows_count = get_record(model), find_embeddings(model).num_rows
+    pieces = first_pieces(record, rows_count, device)
+    tree = piece_tree(record, rows_count, device) if weights.piece_tree else None
     curve = [(0, score())]
     model.train()
     with trainable, torch.random.fork_rng(devices=[]):
@@ -258,8 +262,8 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
         for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
             with eval_mode(data.teacher.model):
-                targets = teacher_targets(data.teacher, batch, weights)
-            distillation_loss(model, targets, batch, weights, first_pieces=pieces)[0].backward()
+                targets = teacher_targets(data.teacher, batch, weights, tree=tree)
+            distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree)[0].backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == len(data.batches):
