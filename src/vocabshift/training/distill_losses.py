@@ -128,7 +128,7 @@ def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: to
     has_next = F.pad(chunk_mask[:, 1:], (0, 1), value=False)
     if not len(nodes):
         return _sequence_mean(student_logits.sum(-1) * 0, has_next)
-    row, chunk, depth = index[:, 0], index[:, 1], index[:, 2] + 1  # index[:, 2] counts depths from 1
+    row, chunk, depth = index[:, 0], index[:, 1], index[:, 2] + 1  # index[:, 2] holds depth - 1
     start, size = tree.start[nodes], tree.size[nodes]
     columns = torch.arange(int(size.max()), device=nodes.device)
     padding = columns >= size[:, None]
