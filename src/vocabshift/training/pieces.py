@@ -90,11 +90,12 @@ def piece_tree(record: ExtensionRecord, rows: int, device: torch.device | str = 
     child_pieces = np.full((len(start), width), -1, dtype=np.int64)
     for node, ranks in enumerate(children[1:], 1):
         child_pieces[node, 1 : len(ranks) + 1] = list(ranks)
-    keys, kids, starts, sizes = (torch.tensor(v, dtype=torch.int64) for v in
+    keys, kids, starts, sizes = (torch.tensor(v, dtype=torch.int64, device="cpu") for v in
                                  ([k for k, _ in keyed], [n for _, n in keyed], start, size))
     slots = _slots([sequences[token] for token in order], nodes, children)
-    return PieceTree(torch.tensor(order, dtype=torch.int64), keys, kids, starts, sizes,
-                     torch.from_numpy(child_pieces), torch.tensor(stops), torch.from_numpy(slots), base).to(device)
+    return PieceTree(torch.tensor(order, dtype=torch.int64, device="cpu"), keys, kids, starts, sizes,
+                     torch.from_numpy(child_pieces), torch.tensor(stops, device="cpu"), torch.from_numpy(slots),
+                     base).to(device)
 
 
 def _nodes(sorted_pieces: list[tuple[int, ...]]) -> tuple[dict[tuple[int, ...], int], list[int], list[int],
