@@ -34,6 +34,7 @@ __all__ = [
     "at_chunk_ends",
     "chunk_likelihood_loss",
     "chunk_log_probs",
+    "followed_chunks",
     "hidden_state_loss",
     "next_piece_loss",
     "next_token_loss",
@@ -113,6 +114,11 @@ def next_piece_loss(student_logits: torch.Tensor, teacher_logps: torch.Tensor, f
     return _sequence_mean(kl, chunk_mask)
 
 
+def followed_chunks(chunk_mask: torch.Tensor) -> torch.Tensor:
+    """`(batch, chunks)`: the real chunks that another real chunk follows (the ones whose next chunk can be read)."""
+    return F.pad(chunk_mask[:, 1:], (0, 1), value=False)
+
+
 def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: torch.Tensor,
                     teacher_slot_logps: torch.Tensor, tree: PieceTree, chunk_mask: torch.Tensor) -> torch.Tensor:
     """KL(teacher || student) of how each node of the piece tree along the next chunk's pieces splits, summed over
@@ -125,7 +131,7 @@ def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: to
             here", takes what the children leave when a token stops there).
         chunk_mask: the collator's; chunks followed by another count (with 0 where nothing splits).
     """
-    has_next = F.pad(chunk_mask[:, 1:], (0, 1), value=False)
+    has_next = followed_chunks(chunk_mask)
     if not len(nodes):
         return _sequence_mean(student_logits.sum(-1) * 0, has_next)
     row, chunk, depth = index[:, 0], index[:, 1], index[:, 2] + 1  # index[:, 2] holds depth - 1

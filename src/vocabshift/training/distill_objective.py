@@ -10,20 +10,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import InvalidArgumentError
 from .distill_losses import (
     at_chunk_ends,
     chunk_likelihood_loss,
     chunk_log_probs,
+    followed_chunks,
     hidden_state_loss,
     next_piece_loss,
     next_token_loss,
     piece_tree_loss,
     token_log_probs,
 )
-from .pieces import PieceTree, first_pieces, piece_tree
+from .pieces import PieceTree, first_pieces
 from .teacher import Teacher
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "TeacherTargets",
     "distillation_loss",
     "first_pieces",
-    "piece_tree",
     "teacher_targets",
 ]
 
@@ -136,7 +135,7 @@ def _tree_targets(teacher: Teacher, last: torch.Tensor, batch: dict[str, torch.T
     teacher's log probabilities of its child pieces at the old position of the node's last piece."""
     ids, ends = batch["teacher_input_ids"], batch["teacher_chunk_ends"]
     lengths = batch["teacher_attention_mask"].sum(1, keepdim=True)
-    node = torch.where(F.pad(batch["chunk_mask"][:, 1:], (0, 1), value=False), 0, -1)  # the root, if a chunk follows
+    node = torch.where(followed_chunks(batch["chunk_mask"]), 0, -1)  # the root, where a chunk follows
     nodes, positions = [], []
     for depth in range(1, tree.depth + 1):
         at = ends + depth
