@@ -4,13 +4,14 @@ SmolLM2-135M-Instruct + a 16k tokenizer of the target language (the probe's sett
 tokens per step, AdamW at a constant learning rate (1e-3 unless --learning-rate), no weight decay, rows="new",
 200 held-out lines never trained on). Both objectives run through `vocabshift.DistillationTrainer` with the same
 collator, order and seed: cross-entropy is the trainer with only the next-token weight (its teacher never runs),
-distillation the trainer's default weights (its teacher runs every step). Held-out bits per byte after each
+distillation the trainer's default weights (its teacher runs every step), once per `--teacher-shares` value (the
+share of each batch's sequences the teacher reads). Held-out bits per byte after each
 checkpoint step, and seconds per training step (scoring excluded), so that the comparison holds at equal steps and
 at equal wall time: `--baseline-steps` lets cross-entropy run longer (its steps are cheaper), and the table gives
 cross-entropy's bits per byte interpolated at each distillation checkpoint's training seconds.
 
     python benchmarks/bench_distill.py [--language ru] [--mode extend] [--steps 25 50 100 200]
-                                       [--baseline-steps ...] [--learning-rate 1e-3]
+                                       [--baseline-steps ...] [--teacher-shares 1 0.25] [--learning-rate 1e-3]
 
 Writes benchmarks/results/distill_<language>_<mode>[_lr<rate>].md / .json / .png.
 """
@@ -35,8 +36,7 @@ from vocabshift.training.evaluation import eval_mode
 from vocabshift.training.plots import plot_curves
 
 RESULTS = Path(__file__).parent / "results"
-OBJECTIVES = {"cross-entropy": DistillationWeights(next_piece=0, piece_tree=0, next_token=1),
-              "distillation": DistillationWeights()}
+CROSS_ENTROPY = DistillationWeights(next_piece=0, piece_tree=0, next_token=1)
 
 
 class Checkpoints(TrainerCallback):
@@ -84,6 +84,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200])
     parser.add_argument("--baseline-steps", type=int, nargs="+", default=None,
                         help="checkpoints of the cross-entropy run (default: --steps)")
+    parser.add_argument("--teacher-shares", type=float, nargs="+", default=[1.0],
+                        help="one distillation run per share of each batch the teacher reads (default: 1)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     options = parser.parse_args()
     torch.set_num_threads(2)
@@ -93,13 +95,19 @@ def main() -> None:
     new = target_tokenizer(source, options.language, vocab_size=16000, held_out=HELD_OUT)
     with eval_mode(base):
         original = bits_per_byte(base, source, held_out)
+    runs = {"cross-entropy": (CROSS_ENTROPY, options.baseline_steps or options.steps)}
+    runs.update({_name(share): (DistillationWeights(teacher_share=share), options.steps)
+                 for share in options.teacher_shares})
     results = {}
-    for name, weights in OBJECTIVES.items():
+    for name, (weights, steps) in runs.items():
         print(f"{name}: {weights}", flush=True)
-        steps = options.baseline_steps if name == "cross-entropy" and options.baseline_steps else options.steps
         results[name] = run(base, source, new, train[::8], held_out, weights, options.mode, steps,
                             options.learning_rate)
     write(options, results, original, load_before)
+
+
+def _name(share: float) -> str:
+    return "distillation" if share == 1 else f"distillation, teacher share {share:g}"
 
 
 def at_seconds(result, seconds) -> str:
@@ -111,36 +119,46 @@ def at_seconds(result, seconds) -> str:
     return "-"
 
 
+def _table(results) -> list[str]:
+    """One row per checkpoint step: each run's bits per byte, and for each distillation run cross-entropy's at the
+    same training seconds."""
+    ce, names = results["cross-entropy"], [name for name in results if name != "cross-entropy"]
+    lines = ["| step | cross-entropy | " + " | ".join(f"{n} | cross-entropy at its seconds" for n in names) + " |",
+             "|---|---|" + "---|---|" * len(names)]
+    curves = {name: dict(r["curve"]) for name, r in results.items()}
+    for step in sorted(set().union(*curves.values())):
+        cells = [f"{curves['cross-entropy'][step]:.4f}" if step in curves["cross-entropy"] else "-"]
+        for name in names:
+            here = curves[name].get(step)
+            cells += ["-", ""] if here is None else [
+                f"{here:.4f}", at_seconds(ce, step * results[name]["seconds_per_step"])]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write(options, results, original, load_before) -> None:
     suffix = "" if options.learning_rate == 1e-3 else f"_lr{options.learning_rate:g}"
     stem = RESULTS / f"distill_{options.language}_{options.mode}{suffix}"
-    ce, distill = results["cross-entropy"], results["distillation"]
+    ce = results["cross-entropy"]
+    seconds = ", ".join(f"{name} {r['seconds_per_step']:.2f} ({r['seconds_per_step'] / ce['seconds_per_step']:.2f}x)"
+                        for name, r in results.items() if name != "cross-entropy")
     lines = [f"# Distillation vs cross-entropy: SmolLM2-135M-Instruct, {options.language}, {options.mode} mode, "
-             f"learning rate {options.learning_rate:g}", "",
-             "| step | cross-entropy bits/byte | distillation bits/byte | ratio | cross-entropy at the same seconds |",
-             "|---|---|---|---|---|"]
-    ce_curve = dict(ce["curve"])
-    for step, b in distill["curve"]:
-        a = ce_curve.get(step)
-        same_time = at_seconds(ce, step * distill["seconds_per_step"])
-        lines.append(f"| {step} | {'-' if a is None else f'{a:.4f}'} | {b:.4f} | "
-                     f"{'-' if a is None else f'{b / a:.3f}'} | {same_time} |")
-    lines += [f"| {step} | {a:.4f} | - | - | |" for step, a in ce["curve"] if step > max(dict(distill["curve"]))]
-    lines += ["", f"Seconds per training step (scoring excluded): cross-entropy {ce['seconds_per_step']:.2f}, "
-                  f"distillation {distill['seconds_per_step']:.2f} (ratio "
-                  f"{distill['seconds_per_step'] / ce['seconds_per_step']:.2f}).",
-              f"Original model with its own tokenizer: {original:.4f} bits/byte.",
-              f"Distillation weights: {DistillationWeights().to_dict()}.",
-              f"Machine: before {load_before}; after {machine_load()}.",
-              "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {}{} --learning-rate {:g}`"
-              .format(options.language, options.mode, " ".join(map(str, options.steps)),
-                      f" --baseline-steps {' '.join(map(str, options.baseline_steps))}" if options.baseline_steps
-                      else "", options.learning_rate)]
+             f"learning rate {options.learning_rate:g}", "", "Held-out bits per byte after each step.", "",
+             *_table(results), "",
+             f"Seconds per training step (scoring excluded): cross-entropy {ce['seconds_per_step']:.2f}; {seconds}.",
+             f"Original model with its own tokenizer: {original:.4f} bits/byte.",
+             f"Distillation weights: {DistillationWeights().to_dict()} (teacher_share as in each run's name).",
+             f"Machine: before {load_before}; after {machine_load()}.",
+             "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {}{} --teacher-shares {} "
+             "--learning-rate {:g}`".format(
+                 options.language, options.mode, " ".join(map(str, options.steps)),
+                 f" --baseline-steps {' '.join(map(str, options.baseline_steps))}" if options.baseline_steps else "",
+                 " ".join(f"{share:g}" for share in options.teacher_shares), options.learning_rate)]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     stem.with_suffix(".json").write_text(json.dumps({"original": original, **results}, indent=1) + "\n")
     by_time = {f"{name} (x: seconds)": [(step * r["seconds_per_step"], bpb) for step, bpb in r["curve"]]
                for name, r in results.items()}
-    plot_curves({**{name: r["curve"] for name, r in results.items()}}, stem.with_suffix(".png"),
+    plot_curves({name: r["curve"] for name, r in results.items()}, stem.with_suffix(".png"),
                 reference=("original model, own tokenizer", original),
                 title=f"Embedding-only training, {options.language}, {options.mode}: bits/byte by step")
     plot_curves(by_time, stem.parent / (stem.name + "_time.png"), reference=("original model", original),

@@ -81,7 +81,7 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     assert all(entry["distill/piece_tree"] > 0 for entry in logged)
     cpt = vocabshift.get_record(model).cpt[-1]
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
-                                "next_token": 1, "layer": -1}
+                                "next_token": 1, "layer": -1, "teacher_share": 1.0}
 
 
 def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -125,6 +125,32 @@ def test_weights_are_checked():
         DistillationWeights(chunk=-1)
     with pytest.raises(InvalidArgumentError, match="layer='last' is invalid"):
         DistillationWeights(layer="last")
+    for share in (0, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match=f"teacher_share={share!r} is invalid"):
+            DistillationWeights(teacher_share=share)
+
+
+def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, ru_lines):
+    """With teacher_share=0.5 the teacher objectives are those of the first half of the batch alone (the teacher
+    reads only it), while next_token still scores the whole batch."""
+    _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
+    record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
+    tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
+    teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
+    collate = DistillationCollator(tokenizer, source, max_length=24)
+    texts = sorted(ru_lines[:4], key=len)  # the longest last: the first half's teacher side is shorter than the batch
+
+    def losses(batch, **share):
+        weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1, **share)
+        targets = teacher_targets(teacher, batch, weights, tree=tree)
+        return distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree)[1]
+
+    half, whole = losses(collate(texts), teacher_share=0.5), losses(collate(texts))
+    alone = losses(collate(texts[:2]))
+    assert set(half) == set(alone) and half["next_token"] == pytest.approx(whole["next_token"], rel=1e-5)
+    for name in ("hidden", "chunk", "next_piece", "piece_tree"):
+        assert half[name] == pytest.approx(alone[name], rel=1e-4, abs=1e-6), name
+        assert half[name] != pytest.approx(whole[name], rel=1e-3), name
 
 
 def test_trainer_in_bf16_keeps_old_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

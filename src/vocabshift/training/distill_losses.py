@@ -155,5 +155,6 @@ def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: to
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of each next token (labels -100 are ignored): mean over sequences of the mean over tokens."""
     targets = labels[:, 1:]
-    losses = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets.clamp(min=0), reduction="none")
+    flat = logits[:, :-1].flatten(0, 1).float()  # (batch, classes, length) would read transposed logits: slower
+    losses = F.cross_entropy(flat, targets.clamp(min=0).flatten(), reduction="none").view_as(targets)
     return _sequence_mean(losses, targets != -100)

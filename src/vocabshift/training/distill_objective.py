@@ -6,6 +6,7 @@ Plain functions over a `DistillationCollator` batch, shared by `DistillationTrai
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "TeacherTargets",
     "distillation_loss",
     "first_pieces",
+    "teacher_part",
     "teacher_targets",
 ]
 
@@ -50,6 +52,9 @@ class DistillationWeights:
             next piece (trains the output rows).
         next_token (`float`): plain next-token cross-entropy of the student.
         layer (`int`): index into `hidden_states` (-1: the last layer, after the final norm).
+        teacher_share (`float`): the share of each batch's sequences the teacher reads and its objectives score
+            (the first `ceil(teacher_share × batch size)`); `next_token` scores all of them. The teacher's forward
+            costs more than a whole cross-entropy step, so below 1 a step buys most of its signal for less.
 
     The default, `next_piece` + `piece_tree` + `next_token`, is the combination that measured best per training
     step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside each
@@ -65,6 +70,7 @@ class DistillationWeights:
     piece_tree: float = 1.0
     next_token: float = 1.0
     layer: int = -1
+    teacher_share: float = 1.0
 
     def __post_init__(self) -> None:
         for name in _OBJECTIVES:
@@ -75,6 +81,10 @@ class DistillationWeights:
             raise InvalidArgumentError("Every weight is 0: give at least one objective a positive weight.")
         if isinstance(self.layer, bool) or not isinstance(self.layer, int):
             raise InvalidArgumentError(f"layer={self.layer!r} is invalid: pass an index into hidden_states, e.g. -1.")
+        share = self.teacher_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise InvalidArgumentError(f"teacher_share={share!r} is invalid: pass a share of the batch in (0, 1], "
+                                       "e.g. 0.25 (the teacher reads a quarter of each batch's sequences).")
 
     @property
     def uses_teacher(self) -> bool:
@@ -110,6 +120,7 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
                                    "DistillationWeights(piece_tree=0).")
     if not weights.uses_teacher:
         return TeacherTargets()
+    batch = teacher_part(batch, weights)
     out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=weights.layer,
                   logits=weights.chunk > 0)
     ends = batch["teacher_chunk_ends"]
@@ -121,18 +132,28 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
         targets["chunk_logps"] = chunk_log_probs(token_log_probs(out.logits, batch["teacher_input_ids"]),
                                                  batch["teacher_chunk_ids"], batch["chunk_ends"].shape[1])
     last = out.hidden if weights.layer == -1 else out.last_hidden
-    if weights.next_piece:
-        targets["next_logps"] = teacher.logits(at_chunk_ends(last, ends)).float().log_softmax(-1)
-    if weights.piece_tree:
-        assert tree is not None  # checked above
-        targets.update(_tree_targets(teacher, last, batch, tree))
+    walk = _tree_walk(batch, tree) if weights.piece_tree and tree is not None else None
+    if weights.next_piece or walk is not None:
+        targets.update(_head_targets(teacher, last, ends if weights.next_piece else None, walk))
     return TeacherTargets(**targets)
 
 
-def _tree_targets(teacher: Teacher, last: torch.Tensor, batch: dict[str, torch.Tensor],
-                  tree: PieceTree) -> dict[str, torch.Tensor]:
-    """Walk the tree along each next chunk's old pieces (and past it while tokens go on); where a node splits, the
-    teacher's log probabilities of its child pieces at the old position of the node's last piece."""
+def teacher_part(batch: dict[str, torch.Tensor], weights: DistillationWeights) -> dict[str, torch.Tensor]:
+    """The sequences the teacher reads (`weights.teacher_share` of the batch, the first ones), with the teacher
+    side cut to their longest."""
+    count = math.ceil(weights.teacher_share * len(batch["input_ids"]) - 1e-9)
+    if count == len(batch["input_ids"]):
+        return batch
+    part = {name: value[:count] for name, value in batch.items()}
+    width = int(part["teacher_attention_mask"].sum(1).max())
+    for name in ("teacher_input_ids", "teacher_attention_mask", "teacher_chunk_ids"):
+        part[name] = part[name][:, :width]
+    return part
+
+
+def _tree_walk(batch: dict[str, torch.Tensor], tree: PieceTree) -> dict[str, torch.Tensor]:
+    """Walk the tree along each next chunk's old pieces (and past it while tokens go on): every split (a node with
+    children) with its node, the flat old position of the node's last piece, and the node's child pieces."""
     ids, ends = batch["teacher_input_ids"], batch["teacher_chunk_ends"]
     lengths = batch["teacher_attention_mask"].sum(1, keepdim=True)
     node = torch.where(followed_chunks(batch["chunk_mask"]), 0, -1)  # the root, where a chunk follows
@@ -140,17 +161,36 @@ def _tree_targets(teacher: Teacher, last: torch.Tensor, batch: dict[str, torch.T
     for depth in range(1, tree.depth + 1):
         at = ends + depth
         inside = (node >= 0) & (at < lengths)
+        if not inside.any():  # every walk has ended
+            break
         at = torch.where(inside, at, 0)
         node = tree.child(torch.where(inside, node, -1), ids.gather(1, at))
         nodes.append(node)
-        positions.append(at)
-    stacked = torch.stack(nodes, -1)
-    splits = (stacked >= 0) & (tree.child_pieces[stacked.clamp(min=0), 1] >= 0)  # a node with children
-    index = splits.nonzero()
-    where = torch.stack(positions, -1)[splits]
-    chosen = tree.child_pieces[stacked[splits]]
-    logps = teacher.logits(last[index[:, 0], where]).float().log_softmax(-1)
-    return {"tree_index": index, "tree_nodes": stacked[splits], "tree_logps": logps.gather(1, chosen.clamp(min=0))}
+        positions.append(at + torch.arange(len(ids), device=ids.device)[:, None] * ids.shape[1])
+    stacked = torch.stack(nodes, -1) if nodes else node.new_full((*node.shape, 0), -1)
+    splits = (stacked >= 0) & (tree.child_pieces[stacked.clamp(min=0), 1] >= 0)
+    flat = torch.stack(positions, -1)[splits] if positions else node.new_zeros(0)
+    return {"index": splits.nonzero(), "nodes": stacked[splits], "positions": flat,
+            "pieces": tree.child_pieces[stacked[splits]]}
+
+
+def _head_targets(teacher: Teacher, last: torch.Tensor, ends: torch.Tensor | None,
+                  walk: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """The teacher's next-token log probabilities after each chunk (`ends`) and at the tree's splits (`walk`):
+    one call of the head on the distinct positions both need."""
+    rows = torch.arange(len(last), device=last.device)[:, None] * last.shape[1]
+    wanted = [(rows + ends.clamp(min=0)).flatten()] if ends is not None else []
+    wanted += [walk["positions"]] if walk is not None else []
+    unique, inverse = torch.unique(torch.cat(wanted), return_inverse=True)
+    logps = teacher.logits(last.flatten(0, 1)[unique]).float().log_softmax(-1)
+    out = {}
+    if ends is not None:
+        out["next_logps"] = logps[inverse[: ends.numel()]].view(*ends.shape, -1)
+        inverse = inverse[ends.numel():]
+    if walk is not None:
+        out.update(tree_index=walk["index"], tree_nodes=walk["nodes"],
+                   tree_logps=logps[inverse[:, None], walk["pieces"].clamp(min=0)])
+    return out
 
 
 def distillation_loss(
@@ -171,26 +211,28 @@ def distillation_loss(
                                    "record, rows); pass it, or set DistillationWeights(next_piece=0).")
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
+    part = teacher_part(batch, weights) if weights.uses_teacher else batch
+    count, mask = len(part["input_ids"]), part["chunk_mask"]
     parts: dict[str, torch.Tensor] = {}
     if weights.hidden:
         assert targets.hidden is not None, "teacher_targets computed with other weights"
-        student = at_chunk_ends(out.hidden_states[weights.layer], batch["chunk_ends"])
-        parts["hidden"] = hidden_state_loss(student, targets.hidden, batch["chunk_mask"])
+        student = at_chunk_ends(out.hidden_states[weights.layer][:count], part["chunk_ends"])
+        parts["hidden"] = hidden_state_loss(student, targets.hidden, mask)
     if weights.chunk:
         assert targets.chunk_logps is not None, "teacher_targets computed with other weights"
-        logps = chunk_log_probs(token_log_probs(out.logits, batch["input_ids"]), batch["chunk_ids"],
-                                batch["chunk_ends"].shape[1])
-        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, batch["chunk_mask"])
+        logps = chunk_log_probs(token_log_probs(out.logits[:count], part["input_ids"]), part["chunk_ids"],
+                                part["chunk_ends"].shape[1])
+        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask)
     if weights.next_piece or weights.piece_tree:
-        logits = at_chunk_ends(out.logits, batch["chunk_ends"])
+        logits = at_chunk_ends(out.logits[:count], part["chunk_ends"])
     if weights.next_piece:
         assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
-        parts["next_piece"] = next_piece_loss(logits, targets.next_logps, first_pieces, batch["chunk_mask"])
+        parts["next_piece"] = next_piece_loss(logits, targets.next_logps, first_pieces, mask)
     if weights.piece_tree:
         assert targets.tree_index is not None and targets.tree_nodes is not None and targets.tree_logps is not None
         assert tree is not None  # checked above
         parts["piece_tree"] = piece_tree_loss(logits, targets.tree_index, targets.tree_nodes, targets.tree_logps,
-                                              tree, batch["chunk_mask"])
+                                              tree, mask)
     if weights.next_token:
         parts["next_token"] = next_token_loss(out.logits, batch["labels"])
     loss = sum(getattr(weights, name) * value for name, value in parts.items())
