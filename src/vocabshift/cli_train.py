@@ -12,12 +12,12 @@ from transformers import Trainer, TrainingArguments
 
 from ._typing import Model, Tokenizer
 from .cli_common import arg, load_model, model_tokenizer, subcommand
-from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE
+from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
 from .corpus import read_texts
 from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
 from .save import atomic_folder, atomic_write_text
-from .training import DistillationTrainer, EmbeddingOnlyCallback, evaluate, pack_texts, probe
+from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
 from .training.data import pack_blocks
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
@@ -46,6 +46,8 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
              "text (DistillationTrainer)"),
     arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
     arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
+    arg("--teacher-share", type=SHARE, default=1.0,
+        help="distillation: the share of each batch's sequences the teacher reads (default: 1; less is faster)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
@@ -86,7 +88,7 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
     packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=args.context_length)]
     return DistillationTrainer(model=model, args=options, train_dataset=packed, processing_class=tokenizer,
                                teacher_tokenizer=teacher, teacher_model=teacher_model, max_length=args.context_length,
-                               callbacks=callbacks)
+                               weights=DistillationWeights(teacher_share=args.teacher_share), callbacks=callbacks)
 
 
 @subcommand(

@@ -15,8 +15,8 @@ from .arguments import check_shard_size
 from .errors import InvalidArgumentError
 from .hub.push import check_repo_id, check_revision
 
-__all__ = ["CONTEXT", "NON_NEGATIVE_INT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "branch", "repo_id",
-           "shard_size"]
+__all__ = ["CONTEXT", "NON_NEGATIVE_INT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "SHARE", "branch",
+           "repo_id", "shard_size"]
 
 
 def _number(kind: type, accepted: str, valid: Callable[[float], bool]) -> Callable[[str], float]:
@@ -40,6 +40,7 @@ NON_NEGATIVE_INT = _number(int, "an integer >= 0", lambda value: value >= 0)
 CONTEXT = _number(int, "an integer >= 2 (a token to predict from, and one to predict)", lambda value: value >= 2)
 POSITIVE_RATE = _number(float, "a finite number > 0", lambda value: value > 0)
 NON_NEGATIVE_RATE = _number(float, "a finite number >= 0", lambda value: value >= 0)
+SHARE = _number(float, "a share in (0, 1], e.g. 0.25", lambda value: 0 < value <= 1)
 
 
 def _library(check: Callable[..., str]) -> Callable[[str], str]:
