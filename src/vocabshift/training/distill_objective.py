@@ -60,8 +60,10 @@ class DistillationWeights:
     step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside each
     first-piece group that `next_piece` alone leaves to the one target, which matters most where first pieces are
     single letters (byte-level BPE); `hidden` alone barely lowers held-out bits per byte, and `chunk` trails plain
-    cross-entropy. A step costs about three times a cross-entropy step (the teacher reads the longer old
-    tokenization), so compare both per second with `probe` before a long run.
+    cross-entropy. The teacher reads the longer old tokenization, so a step costs several cross-entropy steps; a
+    `teacher_share` below 1 keeps most of the per-step gain at a fraction of that cost and is what led at equal
+    wall time. The default share stays 1 (the most per step, and the only one that acts with one sequence per
+    device); compare per second with `probe` or benchmarks/bench_distill.py before a long run.
     """
 
     hidden: float = 0.0
@@ -168,7 +170,7 @@ def _tree_walk(batch: dict[str, torch.Tensor], tree: PieceTree) -> dict[str, tor
         nodes.append(node)
         positions.append(at + torch.arange(len(ids), device=ids.device)[:, None] * ids.shape[1])
     stacked = torch.stack(nodes, -1) if nodes else node.new_full((*node.shape, 0), -1)
-    splits = (stacked >= 0) & (tree.child_pieces[stacked.clamp(min=0), 1] >= 0)
+    splits = (stacked >= 0) & (tree.child_pieces[stacked.clamp(min=0), 1] >= 0)  # a node with children
     flat = torch.stack(positions, -1)[splits] if positions else node.new_zeros(0)
     return {"index": splits.nonzero(), "nodes": stacked[splits], "positions": flat,
             "pieces": tree.child_pieces[stacked[splits]]}
