@@ -138,7 +138,7 @@ def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, 
     tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
     collate = DistillationCollator(tokenizer, source, max_length=24)
-    texts = sorted(ru_lines[:4], key=len)  # the longest last: the first half's teacher side is shorter than the batch
+    texts = sorted(ru_lines[:4], key=len)  # shortest first: the first half may need less teacher width than the batch
 
     def losses(batch, **share):
         weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1, **share)
