@@ -143,7 +143,7 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
 def teacher_part(batch: dict[str, torch.Tensor], weights: DistillationWeights) -> dict[str, torch.Tensor]:
     """The sequences the teacher reads (`weights.teacher_share` of the batch, the first ones), with the teacher
     side cut to their longest."""
-    count = math.ceil(weights.teacher_share * len(batch["input_ids"]) - 1e-9)
+    count = math.ceil(weights.teacher_share * len(batch["input_ids"]) - 1e-9)  # 0.3 * 10 is 3.0000000000000004
     if count == len(batch["input_ids"]):
         return batch
     part = {name: value[:count] for name, value in batch.items()}
@@ -159,6 +159,7 @@ def _tree_walk(batch: dict[str, torch.Tensor], tree: PieceTree) -> dict[str, tor
     ids, ends = batch["teacher_input_ids"], batch["teacher_chunk_ends"]
     lengths = batch["teacher_attention_mask"].sum(1, keepdim=True)
     node = torch.where(followed_chunks(batch["chunk_mask"]), 0, -1)  # the root, where a chunk follows
+    offsets = torch.arange(len(ids), device=ids.device)[:, None] * ids.shape[1]  # row starts in the flat batch
     nodes, positions = [], []
     for depth in range(1, tree.depth + 1):
         at = ends + depth
@@ -168,7 +169,7 @@ def _tree_walk(batch: dict[str, torch.Tensor], tree: PieceTree) -> dict[str, tor
         at = torch.where(inside, at, 0)
         node = tree.child(torch.where(inside, node, -1), ids.gather(1, at))
         nodes.append(node)
-        positions.append(at + torch.arange(len(ids), device=ids.device)[:, None] * ids.shape[1])
+        positions.append(at + offsets)
     stacked = torch.stack(nodes, -1) if nodes else node.new_full((*node.shape, 0), -1)
     splits = (stacked >= 0) & (tree.child_pieces[stacked.clamp(min=0), 1] >= 0)  # a node with children
     flat = torch.stack(positions, -1)[splits] if positions else node.new_zeros(0)
