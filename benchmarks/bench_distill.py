@@ -12,8 +12,9 @@ cross-entropy's bits per byte interpolated at each distillation checkpoint's tra
 
     python benchmarks/bench_distill.py [--language ru] [--mode extend] [--steps 25 50 100 200]
                                        [--baseline-steps ...] [--teacher-shares 1 0.25] [--learning-rate 1e-3]
+                                       [--suffix _long]
 
-Writes benchmarks/results/distill_<language>_<mode>[_lr<rate>].md / .json / .png.
+Writes benchmarks/results/distill_<language>_<mode>[_lr<rate>][<suffix>].md / .json / .png.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--teacher-shares", type=float, nargs="+", default=[1.0],
                         help="one distillation run per share of each batch the teacher reads (default: 1)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--suffix", default="", help="appended to the results' file names, to keep another run's")
     options = parser.parse_args()
     torch.set_num_threads(2)
     load_before = machine_load()
@@ -137,7 +139,7 @@ def _table(results) -> list[str]:
 
 
 def write(options, results, original, load_before) -> None:
-    suffix = "" if options.learning_rate == 1e-3 else f"_lr{options.learning_rate:g}"
+    suffix = ("" if options.learning_rate == 1e-3 else f"_lr{options.learning_rate:g}") + options.suffix
     stem = RESULTS / f"distill_{options.language}_{options.mode}{suffix}"
     ce = results["cross-entropy"]
     seconds = ", ".join(f"{name} {r['seconds_per_step']:.2f} ({r['seconds_per_step'] / ce['seconds_per_step']:.2f}x)"
@@ -150,10 +152,11 @@ def write(options, results, original, load_before) -> None:
              f"Distillation weights: {DistillationWeights().to_dict()} (teacher_share as in each run's name).",
              f"Machine: before {load_before}; after {machine_load()}.",
              "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {}{} --teacher-shares {} "
-             "--learning-rate {:g}`".format(
+             "--learning-rate {:g}{}`".format(
                  options.language, options.mode, " ".join(map(str, options.steps)),
                  f" --baseline-steps {' '.join(map(str, options.baseline_steps))}" if options.baseline_steps else "",
-                 " ".join(f"{share:g}" for share in options.teacher_shares), options.learning_rate)]
+                 " ".join(f"{share:g}" for share in options.teacher_shares), options.learning_rate,
+                 f" --suffix {options.suffix}" if options.suffix else "")]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     stem.with_suffix(".json").write_text(json.dumps({"original": original, **results}, indent=1) + "\n")
     by_time = {f"{name} (x: seconds)": [(step * r["seconds_per_step"], bpb) for step, bpb in r["curve"]]

