@@ -62,8 +62,9 @@ class DistillationWeights:
     single letters (byte-level BPE); `hidden` alone barely lowers held-out bits per byte, and `chunk` trails plain
     cross-entropy. The teacher reads the longer old tokenization, so a step costs several cross-entropy steps; a
     `teacher_share` below 1 keeps most of the per-step gain at a fraction of that cost and is what led at equal
-    wall time. The default share stays 1 (the most per step, and the only one that acts with one sequence per
-    device); compare per second with `probe` or benchmarks/bench_distill.py before a long run.
+    wall time in short runs (the lead shrinks as training goes on). The default share stays 1 (the most per step,
+    and the only one that acts with one sequence per device); compare per second with `probe` or
+    benchmarks/bench_distill.py before a long run.
     """
 
     hidden: float = 0.0
