@@ -28,6 +28,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
+from vocabshift.cli_types import POSITIVE_INT, SHARE
 from vocabshift.save import atomic_folder
 from vocabshift.testing import LoopbackHub
 from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
@@ -84,15 +85,16 @@ def train_embeddings(model, tokenizer, source, texts: list[str], options) -> lis
 def main() -> None:
     parser = argparse.ArgumentParser(description="vocabshift end to end on shipped data")
     parser.add_argument("--output", default="out/smollm2-ru", help="where to save the adapted model")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--steps", type=POSITIVE_INT, default=None,
                         help="embedding-only training steps, 4x128 tokens each (default: 55 of distillation or 80 "
                              "of next_token, about the same seconds)")
     parser.add_argument("--objective", default="distillation", choices=("distillation", "next_token"),
                         help="training objective (default: distillation, ahead at equal wall time; see README)")
-    parser.add_argument("--teacher-share", type=float, default=0.25,
+    parser.add_argument("--teacher-share", type=SHARE, default=0.25,
                         help="share of each batch the teacher reads in distillation (default: 0.25)")
     args = parser.parse_args()
-    args.steps = args.steps or DEFAULT_STEPS[args.objective]
+    if args.steps is None:
+        args.steps = DEFAULT_STEPS[args.objective]
     torch.manual_seed(0)
     train, ru_held = held_out_split(read_sample("ru"), 60)
     en_held = list(read_sample("en")[:40])
