@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--objective", default="distillation", choices=("distillation", "next_token"),
                         help="training objective (default: distillation, ahead at equal wall time; see README)")
     parser.add_argument("--teacher-share", type=SHARE, default=0.25,
-                        help="share of each batch the teacher reads in distillation (default: 0.25)")
+                        help="share of the sequences the teacher reads in distillation (default: 0.25)")
     args = parser.parse_args()
     if args.steps is None:
         args.steps = DEFAULT_STEPS[args.objective]

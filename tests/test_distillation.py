@@ -12,7 +12,12 @@ import vocabshift
 from conftest import make_model
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training.distill_data import DistillationCollator, pack_texts
-from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
+from vocabshift.training.distill_objective import (
+    DistillationWeights,
+    distillation_loss,
+    teacher_count,
+    teacher_targets,
+)
 from vocabshift.training.distillation import DistillationTrainer
 from vocabshift.training.teacher import Teacher
 
@@ -130,6 +135,18 @@ def test_weights_are_checked():
     for share in (0, 1.5, True):
         with pytest.raises(InvalidArgumentError, match=f"teacher_share={share!r} is invalid"):
             DistillationWeights(teacher_share=share)
+    with pytest.raises(InvalidArgumentError, match="teacher_share=0.5 needs next_token > 0"):
+        DistillationWeights(teacher_share=0.5, next_token=0)
+
+
+def test_teacher_count_reads_the_share_of_a_stream():
+    """Whatever the batch size, the teacher reads the share of the sequences trained on (the first of a batch)."""
+    assert [teacher_count(4, 0.25, seen=4 * i) for i in range(3)] == [1, 1, 1]
+    assert [teacher_count(1, 0.25, seen=i) for i in range(9)] == [1, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert [teacher_count(2, 0.5, seen=2 * i) for i in range(3)] == [1, 1, 1]
+    assert [teacher_count(4, 0.3, seen=4 * i) for i in range(5)] == [2, 1, 1, 1, 1]  # 6 of 20, from the first
+    assert [teacher_count(10, 0.3, seen=10 * i) for i in range(3)] == [3, 3, 3]  # 0.3 * 10 is not above 3
+    assert teacher_count(3, 1.0, seen=7) == 3
 
 
 def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, ru_lines):
@@ -153,6 +170,55 @@ def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, 
     for name in ("hidden", "chunk", "next_piece", "piece_tree"):
         assert half[name] == pytest.approx(alone[name], rel=1e-4, abs=1e-6), name
         assert half[name] != pytest.approx(whole[name], rel=1e-3), name
+
+
+def test_teacher_share_counts_over_single_sequence_batches(tokenizers_en, tokenizers_ru, ru_lines):
+    """Four batches of one sequence (the teacher reads the first) give the loss and gradient of one batch of four
+    (the teacher reads its first sequence): the share acts with one sequence per device and gradient accumulation."""
+    _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
+    record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
+    tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
+    teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
+    collate, weights = DistillationCollator(tokenizer, source, max_length=24), DistillationWeights(teacher_share=0.25)
+    weight = model.get_input_embeddings().weight
+
+    def loss_and_grad(batches):
+        weight.grad = None
+        losses = [distillation_loss(model, teacher_targets(teacher, batch, weights, tree=tree, seen=seen), batch,
+                                    weights, first_pieces=pieces, tree=tree, seen=seen)[0] / len(batches)
+                  for seen, batch in zip(range(0, 4, 4 // len(batches)), batches)]
+        sum(losses).backward()
+        return sum(losses).item(), weight.grad.clone()
+
+    whole, whole_grad = loss_and_grad([collate(ru_lines[:4])])
+    single, single_grad = loss_and_grad([collate([line]) for line in ru_lines[:4]])
+    assert single == pytest.approx(whole, rel=1e-5)
+    assert torch.allclose(single_grad, whole_grad, atol=1e-6, rtol=1e-4)
+    teacherless = distillation_loss(model, teacher_targets(teacher, collate(ru_lines[1:2]), weights, tree=tree,
+                                                           seen=1), collate(ru_lines[1:2]), weights,
+                                    first_pieces=pieces, tree=tree, seen=1)[1]
+    assert set(teacherless) == {"next_token"}
+
+
+def test_trainer_runs_the_teacher_on_a_share_of_micro_batches(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=2, per_device_train_batch_size=1,
+                                                          gradient_accumulation_steps=4),
+                                  train_dataset=ru_lines[:16], processing_class=tokenizer, teacher_tokenizer=source,
+                                  max_length=24, weights=DistillationWeights(teacher_share=0.25),
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    calls = []
+    teacher_call = Teacher.__call__
+
+    def counting(self, *args, **kwargs):
+        calls.append(len(args[0]))
+        return teacher_call(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Teacher, "__call__", counting)
+        trainer.train()
+    assert calls == [1, 1]  # one micro-batch of each step's four
+    assert all("distill/next_piece" in entry for entry in trainer.state.log_history if "loss" in entry)
 
 
 def test_trainer_in_bf16_keeps_old_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

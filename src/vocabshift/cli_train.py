@@ -47,7 +47,7 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
     arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
     arg("--teacher-share", type=SHARE, default=1.0,
-        help="distillation: the share of each batch's sequences the teacher reads (default: 1; less is faster)"),
+        help="distillation: the share of the sequences the teacher reads (default: 1; less is faster)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)

@@ -32,6 +32,7 @@ __all__ = [
     "TeacherTargets",
     "distillation_loss",
     "first_pieces",
+    "teacher_count",
     "teacher_part",
     "teacher_targets",
 ]
@@ -52,9 +53,11 @@ class DistillationWeights:
             next piece (trains the output rows).
         next_token (`float`): plain next-token cross-entropy of the student.
         layer (`int`): index into `hidden_states` (-1: the last layer, after the final norm).
-        teacher_share (`float`): the share of each batch's sequences the teacher reads and its objectives score
-            (the first `ceil(teacher_share × batch size)`); `next_token` scores all of them. The teacher's forward
-            costs more than a whole cross-entropy step, so below 1 a step buys most of its signal for less.
+        teacher_share (`float`): the share of the sequences the teacher reads and its objectives score, counted
+            over the stream of sequences a process trains on (`teacher_count`): a quarter reads the first sequence
+            of each batch of 4, or every fourth batch of one sequence (one per device and gradient accumulation,
+            as for large models). `next_token` scores all of them, so a share below 1 needs it. The teacher's
+            forward costs more than a whole cross-entropy step, so below 1 a step buys most of its signal for less.
 
     The default, `next_piece` + `piece_tree` + `next_token`, is the combination that measured best per training
     step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside each
@@ -62,8 +65,8 @@ class DistillationWeights:
     single letters (byte-level BPE); `hidden` alone barely lowers held-out bits per byte, and `chunk` trails plain
     cross-entropy. The teacher reads the longer old tokenization, so a step costs several cross-entropy steps; a
     `teacher_share` below 1 keeps most of the per-step gain at a fraction of that cost and is what led at equal
-    wall time in short runs (the lead shrinks as training goes on). The default share stays 1 (the most per step,
-    and the only one that acts with one sequence per device); compare per second with `probe` or
+    wall time in short runs (the lead shrinks as training goes on). The default share stays 1 (the most per step);
+    compare per second with `probe` or
     benchmarks/bench_distill.py before a long run.
     """
 
@@ -88,6 +91,9 @@ class DistillationWeights:
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
             raise InvalidArgumentError(f"teacher_share={share!r} is invalid: pass a share of the batch in (0, 1], "
                                        "e.g. 0.25 (the teacher reads a quarter of each batch's sequences).")
+        if share < 1 and not self.next_token:
+            raise InvalidArgumentError(f"teacher_share={share!r} needs next_token > 0: the sequences the teacher "
+                                       "skips are scored by next_token alone. Set next_token=1, or teacher_share=1.")
 
     @property
     def uses_teacher(self) -> bool:
@@ -113,17 +119,18 @@ class TeacherTargets:
 
 
 def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
-                    tree: PieceTree | None = None) -> TeacherTargets:
+                    tree: PieceTree | None = None, seen: int = 0) -> TeacherTargets:
     """Run the teacher on the teacher side of a `DistillationCollator` batch (no gradients).
 
-    `tree` (see `piece_tree`) is needed for the `piece_tree` objective.
+    `tree` (see `piece_tree`) is needed for the `piece_tree` objective; `seen` (see `teacher_count`) is the number
+    of sequences trained on before this batch. Empty targets when the teacher reads none of the batch.
     """
     if weights.piece_tree and tree is None:
         raise InvalidArgumentError("The piece_tree objective needs tree=piece_tree(record, rows); pass it, or set "
                                    "DistillationWeights(piece_tree=0).")
-    if not weights.uses_teacher:
+    if not weights.uses_teacher or not teacher_count(len(batch["input_ids"]), weights.teacher_share, seen=seen):
         return TeacherTargets()
-    batch = teacher_part(batch, weights)
+    batch = teacher_part(batch, weights, seen=seen)
     out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=weights.layer,
                   logits=weights.chunk > 0)
     ends = batch["teacher_chunk_ends"]
@@ -141,10 +148,21 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
     return TeacherTargets(**targets)
 
 
-def teacher_part(batch: dict[str, torch.Tensor], weights: DistillationWeights) -> dict[str, torch.Tensor]:
-    """The sequences the teacher reads (`weights.teacher_share` of the batch, the first ones), with the teacher
-    side cut to their longest."""
-    count = math.ceil(weights.teacher_share * len(batch["input_ids"]) - 1e-9)  # 0.3 * 10 is 3.0000000000000004
+def teacher_count(batch_size: int, share: float, *, seen: int = 0) -> int:
+    """How many of a batch's sequences (the first ones) the teacher reads: the whole numbers that `share` × the
+    sequences trained on passes in this batch, `seen` of them before it. Over a stream the teacher reads `share`
+    of the sequences whatever the batch size: every batch of 4 at a share of 0.25, every fourth batch of one."""
+    def passed(count: int) -> int:
+        return math.ceil(share * count - 1e-9)  # 0.3 * 10 is 3.0000000000000004
+
+    return passed(seen + batch_size) - passed(seen)
+
+
+def teacher_part(batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
+                 seen: int = 0) -> dict[str, torch.Tensor]:
+    """The sequences the teacher reads (`teacher_count` of them, the first ones), with the teacher side cut to
+    their longest; at least one (callers skip a batch the teacher does not read)."""
+    count = max(1, teacher_count(len(batch["input_ids"]), weights.teacher_share, seen=seen))
     if count == len(batch["input_ids"]):
         return batch
     part = {name: value[:count] for name, value in batch.items()}
@@ -199,12 +217,15 @@ def _head_targets(teacher: Teacher, last: torch.Tensor, ends: torch.Tensor | Non
 
 def distillation_loss(
     model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
-    first_pieces: torch.Tensor | None = None, tree: PieceTree | None = None,
+    first_pieces: torch.Tensor | None = None, tree: PieceTree | None = None, seen: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value.
 
     `first_pieces` (see `first_pieces`) is needed for the `next_piece` objective, `tree` (see `piece_tree`) for
-    `piece_tree`.
+    `piece_tree`; `seen` is the one `teacher_targets` had. Each teacher objective is its mean over the sequences the
+    teacher read, times their count over `teacher_share` × the batch size (1 when the share of the batch is whole),
+    so that over a stream it weighs as if the teacher read that share of every batch; when it read none, only
+    `next_token` scores the batch.
     """
     needs_logits = weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree
     if weights.piece_tree and tree is None:
@@ -215,7 +236,22 @@ def distillation_loss(
                                    "record, rows); pass it, or set DistillationWeights(next_piece=0).")
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
-    part = teacher_part(batch, weights) if weights.uses_teacher else batch
+    size = len(batch["input_ids"])
+    count = teacher_count(size, weights.teacher_share, seen=seen) if weights.uses_teacher else 0
+    parts = _teacher_objectives(out, targets, teacher_part(batch, weights, seen=seen), weights, first_pieces,
+                                tree) if count else {}
+    scale = count / (weights.teacher_share * size)
+    if weights.next_token:
+        parts["next_token"] = next_token_loss(out.logits, batch["labels"])
+    loss = sum(getattr(weights, name) * value * (1 if name == "next_token" else scale)
+               for name, value in parts.items())
+    return loss, {name: value.item() for name, value in parts.items()}
+
+
+def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch.Tensor],
+                        weights: DistillationWeights, first_pieces: torch.Tensor | None,
+                        tree: PieceTree | None) -> dict[str, torch.Tensor]:
+    """Each teacher objective the weights use, on the sequences the teacher read (`part`, the first ones)."""
     count, mask = len(part["input_ids"]), part["chunk_mask"]
     parts: dict[str, torch.Tensor] = {}
     if weights.hidden:
@@ -234,10 +270,7 @@ def distillation_loss(
         parts["next_piece"] = next_piece_loss(logits, targets.next_logps, first_pieces, mask)
     if weights.piece_tree:
         assert targets.tree_index is not None and targets.tree_nodes is not None and targets.tree_logps is not None
-        assert tree is not None  # checked above
+        assert tree is not None  # checked by distillation_loss
         parts["piece_tree"] = piece_tree_loss(logits, targets.tree_index, targets.tree_nodes, targets.tree_logps,
                                               tree, mask)
-    if weights.next_token:
-        parts["next_token"] = next_token_loss(out.logits, batch["labels"])
-    loss = sum(getattr(weights, name) * value for name, value in parts.items())
-    return loss, {name: value.item() for name, value in parts.items()}
+    return parts

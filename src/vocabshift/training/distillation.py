@@ -88,15 +88,17 @@ class DistillationTrainer(Trainer):
         self.first_pieces = first_pieces(record, rows, self.args.device)
         self.tree = piece_tree(record, rows, self.args.device) if self.weights.piece_tree else None
         self._parts: dict[str, list[float]] = defaultdict(list)
+        self._seen = 0  # sequences this process has trained on
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself
 
     def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
-        targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree)
+        seen, self._seen = self._seen, self._seen + len(inputs["input_ids"])  # the teacher share counts over these
+        targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, seen=seen)
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
-                                        tree=self.tree)
+                                        tree=self.tree, seen=seen)
         for name, value in parts.items():
             self._parts[name].append(value)
         if return_outputs:

@@ -255,15 +255,16 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
     record, rows_count = get_record(model), find_embeddings(model).num_rows
     pieces = first_pieces(record, rows_count, device)
     tree = piece_tree(record, rows_count, device) if weights.piece_tree else None
-    curve = [(0, score())]
+    curve, seen = [(0, score())], 0
     model.train()
     with trainable, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
             with eval_mode(data.teacher.model):
-                targets = teacher_targets(data.teacher, batch, weights, tree=tree)
-            distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree)[0].backward()
+                targets = teacher_targets(data.teacher, batch, weights, tree=tree, seen=seen)
+            distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree, seen=seen)[0].backward()
+            seen += len(batch["input_ids"])
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == len(data.batches):
