@@ -66,8 +66,7 @@ class DistillationWeights:
     cross-entropy. The teacher reads the longer old tokenization, so a step costs several cross-entropy steps; a
     `teacher_share` below 1 keeps most of the per-step gain at a fraction of that cost and is what led at equal
     wall time in short runs (the lead shrinks as training goes on). The default share stays 1 (the most per step);
-    compare per second with `probe` or
-    benchmarks/bench_distill.py before a long run.
+    compare per second with `probe` or benchmarks/bench_distill.py before a long run.
     """
 
     hidden: float = 0.0
