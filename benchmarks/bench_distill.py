@@ -5,14 +5,15 @@ tokens per step, AdamW at a constant learning rate (1e-3 unless --learning-rate)
 200 held-out lines never trained on). Both objectives run through `vocabshift.DistillationTrainer` with the same
 collator, order and seed: cross-entropy is the trainer with only the next-token weight (its teacher never runs),
 distillation the trainer's default weights (its teacher runs every step), once per `--teacher-shares` value (the
-share of each batch's sequences the teacher reads). Held-out bits per byte after each
-checkpoint step, and seconds per training step (scoring excluded), so that the comparison holds at equal steps and
-at equal wall time: `--baseline-steps` lets cross-entropy run longer (its steps are cheaper), and the table gives
-cross-entropy's bits per byte interpolated at each distillation checkpoint's training seconds.
+share of each batch's sequences the teacher reads; `--teacher-dtype bfloat16` runs the teacher in bfloat16, the
+student staying in float32). Held-out bits per byte after each checkpoint step, and seconds per training step
+(scoring excluded), so that the comparison holds at equal steps and at equal wall time: `--baseline-steps` lets
+cross-entropy run longer (its steps are cheaper), and the table gives cross-entropy's bits per byte interpolated at
+each distillation checkpoint's training seconds.
 
     python benchmarks/bench_distill.py [--language ru] [--mode extend] [--steps 25 50 100 200]
                                        [--baseline-steps ...] [--teacher-shares 1 0.25] [--learning-rate 1e-3]
-                                       [--suffix _long]
+                                       [--teacher-dtype bfloat16] [--suffix _long]
 
 Writes benchmarks/results/distill_<language>_<mode>[_lr<rate>][<suffix>].md / .json / .png.
 """
@@ -37,7 +38,7 @@ from vocabshift.training.evaluation import eval_mode
 from vocabshift.training.plots import plot_curves
 
 RESULTS = Path(__file__).parent / "results"
-CROSS_ENTROPY = DistillationWeights(next_piece=0, piece_tree=0, next_token=1)
+CROSS_ENTROPY = DistillationWeights(hidden=0, next_piece=0, piece_tree=0, next_token=1)
 
 
 class Checkpoints(TrainerCallback):
@@ -60,7 +61,7 @@ class Checkpoints(TrainerCallback):
                   f"{self.train_seconds / state.global_step:.2f} s/step", flush=True)
 
 
-def run(base, source, new, texts, held_out, weights, mode, steps, rate) -> dict:
+def run(base, source, new, texts, held_out, weights, mode, steps, rate, teacher_dtype=None) -> dict:
     model = copy.deepcopy(base)
     tokenizer = model.extend_vocabulary(new, method="subword", mode=mode, source_tokenizer=source)
     with eval_mode(model):
@@ -73,7 +74,8 @@ def run(base, source, new, texts, held_out, weights, mode, steps, rate) -> dict:
                                  report_to=[], seed=0, disable_tqdm=True)
         trainer = vocabshift.DistillationTrainer(
             model=model, args=args, train_dataset=packed, processing_class=tokenizer, teacher_tokenizer=source,
-            weights=weights, callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new"), checkpoints])
+            weights=weights, teacher_dtype=teacher_dtype,
+            callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new"), checkpoints])
         trainer.train()
     return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps)}
 
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--teacher-shares", type=float, nargs="+", default=[1.0],
                         help="one distillation run per share of each batch the teacher reads (default: 1)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--teacher-dtype", choices=("bfloat16",), default=None,
+                        help="the teacher's precision (autocast; default: the model's float32)")
     parser.add_argument("--suffix", default="", help="appended to the results' file names, to keep another run's")
     options = parser.parse_args()
     torch.set_num_threads(2)
@@ -104,7 +108,7 @@ def main() -> None:
     for name, (weights, steps) in runs.items():
         print(f"{name}: {weights}", flush=True)
         results[name] = run(base, source, new, train[::8], held_out, weights, options.mode, steps,
-                            options.learning_rate)
+                            options.learning_rate, options.teacher_dtype and getattr(torch, options.teacher_dtype))
     write(options, results, original, load_before)
 
 
@@ -149,13 +153,15 @@ def write(options, results, original, load_before) -> None:
              *_table(results), "",
              f"Seconds per training step (scoring excluded): cross-entropy {ce['seconds_per_step']:.2f}; {seconds}.",
              f"Original model with its own tokenizer: {original:.4f} bits/byte.",
-             f"Distillation weights: {DistillationWeights().to_dict()} (teacher_share as in each run's name).",
+             f"Distillation weights: {DistillationWeights().to_dict()} (teacher_share as in each run's name); "
+             f"the teacher runs in {options.teacher_dtype or 'float32'}, the student in float32.",
              f"Machine: before {load_before}; after {machine_load()}.",
              "Command: `python benchmarks/bench_distill.py --language {} --mode {} --steps {}{} --teacher-shares {} "
-             "--learning-rate {:g}{}`".format(
+             "--learning-rate {:g}{}{}`".format(
                  options.language, options.mode, " ".join(map(str, options.steps)),
                  f" --baseline-steps {' '.join(map(str, options.baseline_steps))}" if options.baseline_steps else "",
                  " ".join(f"{share:g}" for share in options.teacher_shares), options.learning_rate,
+                 f" --teacher-dtype {options.teacher_dtype}" if options.teacher_dtype else "",
                  f" --suffix {options.suffix}" if options.suffix else "")]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     stem.with_suffix(".json").write_text(json.dumps({"original": original, **results}, indent=1) + "\n")

@@ -46,6 +46,7 @@ USAGE = [
     (["train", "m", "t", "o", "--weight-decay", "-0.1"], "argument --weight-decay: '-0.1' is not a finite number >= 0"),
     (["train", "m", "t", "o", "--teacher-share", "0"], "argument --teacher-share: '0' is not a share in (0, 1]"),
     (["train", "m", "t", "o", "--teacher-share", "1.5"], "argument --teacher-share: '1.5' is not a share in (0, 1]"),
+    (["train", "m", "t", "o", "--teacher-dtype", "int8"], "argument --teacher-dtype: invalid choice: 'int8'"),
     (["train", "m", "t", "o", "--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
     (["probe", "m", "n", "t", "--methods", "mean", "--steps", "0"], "argument --steps: '0' is not an integer >= 1"),
     (["probe", "m", "n", "t", "--methods", "mean", "--eval-every", "0"], "argument --eval-every: '0' is not an"),

@@ -52,10 +52,12 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
     texts = _texts(tmp_path / "train.txt.xz", ru_lines[:400])
     result = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "trained"), "--max-steps", "2",
                  "--batch-size", "2", "--context-length", "32", "--objective", "distillation",
-                 "--teacher-tokenizer", str(tmp_path / "source"), "--teacher-share", "0.5")
+                 "--teacher-tokenizer", str(tmp_path / "source"), "--teacher-share", "0.5",
+                 "--teacher-dtype", "bfloat16")
     assert "2 embedding-only steps" in result.stdout
     cpt = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "trained")).cpt[-1]
     assert cpt["objective"]["name"] == "distillation" and cpt["objective"]["teacher_share"] == 0.5
+    assert cpt["objective"]["teacher_dtype"] == "bfloat16"
     assert cpt["steps"] == 2
     wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
                 "--teacher-tokenizer", str(tmp_path / "extended"), check=False)

@@ -86,9 +86,9 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     assert all(entry["distill/piece_tree"] > 0 for entry in logged)
     cpt = vocabshift.get_record(model).cpt[-1]
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
-                                "next_token": 1, "layer": -1, "teacher_share": 1.0}
+                                "next_token": 1, "layer": -1, "teacher_share": 1.0, "teacher_dtype": None}
     card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny").text
-    assert '"teacher_share": 1.0}' in card  # the card shows the whole objective, its last weight too
+    assert '"teacher_share": 1.0, "teacher_dtype": null}' in card  # the card shows the whole objective
 
 
 def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -221,18 +221,50 @@ def test_trainer_runs_the_teacher_on_a_share_of_micro_batches(tokenizers_en, tok
     assert all("distill/next_piece" in entry for entry in trainer.state.log_history if "loss" in entry)
 
 
-def test_trainer_in_bf16_keeps_old_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+@pytest.mark.parametrize("precision", ["model", "teacher"])
+def test_trainer_in_bf16_keeps_old_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, precision):
+    """A bf16 model with the Trainer's bf16, or a float32 model whose teacher runs in bfloat16 (teacher_dtype)."""
     _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
-    model = model.to(torch.bfloat16)
+    if precision == "model":
+        model = model.to(torch.bfloat16)
     before = model.get_input_embeddings().weight.detach().clone()
     new_ids = torch.tensor(vocabshift.get_record(model).new_ids)
-    trainer = DistillationTrainer(model=model, args=_args(tmp_path, bf16=True), train_dataset=ru_lines[:16],
-                                  processing_class=tokenizer, teacher_tokenizer=source, max_length=24,
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, bf16=precision == "model"),
+                                  train_dataset=ru_lines[:16], processing_class=tokenizer, teacher_tokenizer=source,
+                                  max_length=24, teacher_dtype=torch.bfloat16 if precision == "teacher" else None,
                                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
     trainer.train()
     after = model.get_input_embeddings().weight
     old = torch.ones(len(after), dtype=torch.bool)
     old[new_ids] = False
-    assert after.dtype == torch.bfloat16 and torch.equal(after[old], before[old])
+    assert after.dtype == before.dtype and torch.equal(after[old], before[old])
     assert not torch.equal(after[new_ids], before[new_ids])
     assert all(torch.isfinite(torch.tensor(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+    objective = vocabshift.get_record(model).cpt[-1]["objective"]
+    assert objective["teacher_dtype"] == ("bfloat16" if precision == "teacher" else None)
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_teacher_in_bfloat16_gives_close_targets(tokenizers_en, tokenizers_ru, ru_lines, mode):
+    _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru, mode)
+    record = vocabshift.get_record(model)
+    batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
+    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=0, next_token=0)
+    targets = {}
+    for dtype in (None, torch.bfloat16):
+        teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=mode == "extend", dtype=dtype)
+        targets[dtype] = teacher_targets(teacher, batch, weights)
+        out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
+        assert out.logits.dtype == (dtype or torch.float32)  # the residual stream stays float32 under autocast
+    full, half = targets[None], targets[torch.bfloat16]
+    assert half.next_logps.dtype == torch.float32  # log probabilities are normalized in float32
+    assert torch.allclose(half.next_logps.exp(), full.next_logps.exp(), atol=0.02)
+    assert torch.allclose(half.chunk_logps, full.chunk_logps, rtol=0.05, atol=0.1)
+    assert not torch.equal(half.next_logps, full.next_logps)  # it did run in bfloat16
+
+
+def test_teacher_dtype_is_checked(tokenizers_en):
+    model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
+    for dtype in (torch.int8, "bfloat16"):
+        with pytest.raises(InvalidArgumentError, match="teacher dtype"):
+            Teacher(model, old_rows=10, frozen_old_rows=True, dtype=dtype)

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import Trainer, TrainingArguments
 
 from ._typing import Model, Tokenizer
@@ -48,6 +49,8 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
     arg("--teacher-share", type=SHARE, default=1.0,
         help="distillation: the share of the sequences the teacher reads (default: 1; less is faster)"),
+    arg("--teacher-dtype", choices=("bfloat16", "float16"),
+        help="distillation: run the teacher in this precision (autocast; default: the model's own)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
@@ -88,6 +91,7 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
     packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=args.context_length)]
     return DistillationTrainer(model=model, args=options, train_dataset=packed, processing_class=tokenizer,
                                teacher_tokenizer=teacher, teacher_model=teacher_model, max_length=args.context_length,
+                               teacher_dtype=args.teacher_dtype and getattr(torch, args.teacher_dtype),
                                weights=DistillationWeights(teacher_share=args.teacher_share), callbacks=callbacks)
 
 

@@ -57,19 +57,22 @@ class DistillationWeights:
             over the stream of sequences a process trains on (`teacher_count`): a quarter reads the first sequence
             of each batch of 4, or every fourth batch of one sequence (one per device and gradient accumulation,
             as for large models). `next_token` scores all of them, so a share below 1 needs it. The teacher's
-            forward costs more than a whole cross-entropy step, so below 1 a step buys most of its signal for less.
+            forward is the largest part of what distillation adds to a step, so below 1 a step buys most of its
+            signal for less.
 
-    The default, `next_piece` + `piece_tree` + `next_token`, is the combination that measured best per training
-    step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside each
-    first-piece group that `next_piece` alone leaves to the one target, which matters most where first pieces are
-    single letters (byte-level BPE); `hidden` alone barely lowers held-out bits per byte, and `chunk` trails plain
-    cross-entropy. The teacher reads the longer old tokenization, so a step costs several cross-entropy steps; a
-    `teacher_share` below 1 keeps most of the per-step gain at a fraction of that cost and is what led at equal
-    wall time in short runs (the lead shrinks as training goes on). The default share stays 1 (the most per step);
-    compare per second with `probe` or benchmarks/bench_distill.py before a long run.
+    The default, `next_piece` + `piece_tree` + `next_token` + `hidden`, is the combination that measured best per
+    training step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside
+    each first-piece group that `next_piece` alone leaves to the one target, which matters most where first pieces
+    are single letters (byte-level BPE); `hidden` at the last layer trains how the rows read as inputs and, added to
+    the others, lowered bits per byte a little further (alone it barely moves them); `chunk` trails plain
+    cross-entropy, and giving `next_token` less weight, or `piece_tree` more, did worse. The teacher reads the
+    longer old tokenization, so a step costs about two cross-entropy steps even with the teacher in bfloat16
+    (`DistillationTrainer(teacher_dtype=...)`); a `teacher_share` below 1 keeps most of the per-step gain at a
+    fraction of that cost. The default share stays 1 (the most per step); compare per second with `probe` or
+    benchmarks/bench_distill.py before a long run.
     """
 
-    hidden: float = 0.0
+    hidden: float = 1.0
     chunk: float = 0.0
     next_piece: float = 1.0
     piece_tree: float = 1.0
@@ -203,14 +206,16 @@ def _head_targets(teacher: Teacher, last: torch.Tensor, ends: torch.Tensor | Non
     wanted = [(rows + ends.clamp(min=0)).flatten()] if ends is not None else []
     wanted += [walk["positions"]] if walk is not None else []
     unique, inverse = torch.unique(torch.cat(wanted), return_inverse=True)
-    logps = teacher.logits(last.flatten(0, 1)[unique]).float().log_softmax(-1)
+    scores = teacher.logits(last.flatten(0, 1)[unique])
+    norms = scores.float().logsumexp(-1, keepdim=True)  # the tree needs a few log probabilities per position
     out = {}
     if ends is not None:
-        out["next_logps"] = logps[inverse[: ends.numel()]].view(*ends.shape, -1)
+        at = inverse[: ends.numel()]
+        out["next_logps"] = (scores[at].float() - norms[at]).view(*ends.shape, -1)
         inverse = inverse[ends.numel():]
     if walk is not None:
         out.update(tree_index=walk["index"], tree_nodes=walk["nodes"],
-                   tree_logps=logps[inverse[:, None], walk["pieces"].clamp(min=0)])
+                   tree_logps=scores[inverse[:, None], walk["pieces"].clamp(min=0)].float() - norms[inverse])
     return out
 
 
