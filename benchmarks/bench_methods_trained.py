@@ -37,7 +37,7 @@ from vocabshift.training.plots import plot_curves
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_METHODS = ["subword", "mean", "focus", "salt", "ofa", "hyperofa"]
-CROSS_ENTROPY = DistillationWeights(hidden=0, next_piece=0, piece_tree=0, next_token=1)
+CROSS_ENTROPY = DistillationWeights.next_token_only()
 
 
 class Material(dict):

@@ -137,6 +137,8 @@ def test_weights_are_checked():
             DistillationWeights(teacher_share=share)
     with pytest.raises(InvalidArgumentError, match="teacher_share=0.5 needs next_token > 0"):
         DistillationWeights(teacher_share=0.5, next_token=0)
+    baseline = DistillationWeights.next_token_only()
+    assert not baseline.uses_teacher and baseline.next_token == 1
 
 
 def test_teacher_count_reads_the_share_of_a_stream():

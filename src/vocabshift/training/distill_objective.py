@@ -97,6 +97,11 @@ class DistillationWeights:
             raise InvalidArgumentError(f"teacher_share={share!r} needs next_token > 0: the sequences the teacher "
                                        "skips are scored by next_token alone. Set next_token=1, or teacher_share=1.")
 
+    @classmethod
+    def next_token_only(cls) -> DistillationWeights:
+        """Plain next-token cross-entropy, every teacher objective off (the teacher never runs): the baseline."""
+        return cls(hidden=0, chunk=0.0, next_piece=0, piece_tree=0, next_token=1)
+
     @property
     def uses_teacher(self) -> bool:
         return bool(self.hidden or self.chunk or self.next_piece or self.piece_tree)

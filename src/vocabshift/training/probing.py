@@ -37,7 +37,7 @@ from .teacher import Teacher
 
 __all__ = ["ProbeResult", "probe"]
 
-_OBJECTIVES = {"next_token": DistillationWeights(hidden=0, next_piece=0, piece_tree=0, next_token=1),
+_OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),
                "distillation": DistillationWeights()}
 
 
