@@ -30,3 +30,6 @@ moments = sorted(list(t.shape) for s in trainer.optimizer.state.values() for t i
                                                      "moments": moments}))
 if trainer.is_world_process_zero():
     model.save_pretrained(output / "model")
+trainer.accelerator.wait_for_everyone()  # no rank exits, tearing gloo down under the others, while rank 0 saves
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 import vocabshift
@@ -28,3 +29,6 @@ if trainer.is_world_process_zero():
     (output / "world.json").write_text(json.dumps({"world_size": trainer.args.world_size,
                                                    "ddp": type(trainer.model_wrapped).__name__}))
     model.save_pretrained(output / "model")
+trainer.accelerator.wait_for_everyone()  # no rank exits, tearing gloo down under the others, while rank 0 saves
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
