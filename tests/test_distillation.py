@@ -12,14 +12,10 @@ import vocabshift
 from conftest import make_model
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training.distill_data import DistillationCollator, pack_texts
-from vocabshift.training.distill_objective import (
-    DistillationWeights,
-    distillation_loss,
-    teacher_count,
-    teacher_targets,
-)
+from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from vocabshift.training.distillation import DistillationTrainer
 from vocabshift.training.teacher import Teacher
+from vocabshift.training.teacher_schedule import TeacherSchedule
 
 
 def _extended(architecture, tokenizers_en, tokenizers_ru, mode="extend"):
@@ -42,7 +38,7 @@ def test_same_tokenizer_gives_zero_losses(tokenizers_en, en_lines):
     model = make_model("qwen2-tied", tokenizer)
     batch = DistillationCollator(tokenizer, tokenizer, max_length=32)(en_lines[:3])
     teacher = Teacher(model, old_rows=len(tokenizer), frozen_old_rows=True)
-    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=0, next_token=0)
+    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=0, next_token=0, teacher_share=1)
     loss, parts = distillation_loss(model, teacher_targets(teacher, batch, weights), batch, weights,
                                     first_pieces=torch.arange(len(tokenizer)))
     assert parts["hidden"] == 0.0 and parts["chunk"] == 0.0 and abs(parts["next_piece"]) < 1e-6
@@ -71,7 +67,7 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=texts, processing_class=tokenizer,
                                   teacher_tokenizer=source, max_length=32,
                                   weights=DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1,
-                                                              next_token=1),
+                                                              next_token=1, teacher_share=1, gate=False),
                                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
     trainer.train()
     old = torch.ones(model.config.vocab_size, dtype=torch.bool)
@@ -86,9 +82,10 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     assert all(entry["distill/piece_tree"] > 0 for entry in logged)
     cpt = vocabshift.get_record(model).cpt[-1]
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
-                                "next_token": 1, "layer": -1, "teacher_share": 1.0, "teacher_dtype": None}
+                                "next_token": 1, "layer": -1, "teacher_share": 1, "gate": False,
+                                "adaptive_share": True, "teacher_dtype": None}
     card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny").text
-    assert '"teacher_share": 1.0, "teacher_dtype": null}' in card  # the card shows the whole objective
+    assert '"adaptive_share": true, "teacher_dtype": null}' in card  # the card shows the whole objective
 
 
 def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -137,18 +134,45 @@ def test_weights_are_checked():
             DistillationWeights(teacher_share=share)
     with pytest.raises(InvalidArgumentError, match="teacher_share=0.5 needs next_token > 0"):
         DistillationWeights(teacher_share=0.5, next_token=0)
+    for name in ("gate", "adaptive_share"):
+        with pytest.raises(InvalidArgumentError, match=f"{name}=1 is invalid"):
+            DistillationWeights(**{name: 1})
     baseline = DistillationWeights.next_token_only()
     assert not baseline.uses_teacher and baseline.next_token == 1
 
 
-def test_teacher_count_reads_the_share_of_a_stream():
+def test_schedule_reads_the_share_of_a_stream():
     """Whatever the batch size, the teacher reads the share of the sequences trained on (the first of a batch)."""
-    assert [teacher_count(4, 0.25, seen=4 * i) for i in range(3)] == [1, 1, 1]
-    assert [teacher_count(1, 0.25, seen=i) for i in range(9)] == [1, 0, 0, 0, 1, 0, 0, 0, 1]
-    assert [teacher_count(2, 0.5, seen=2 * i) for i in range(3)] == [1, 1, 1]
-    assert [teacher_count(4, 0.3, seen=4 * i) for i in range(5)] == [2, 1, 1, 1, 1]  # 6 of 20, from the first
-    assert [teacher_count(10, 0.3, seen=10 * i) for i in range(3)] == [3, 3, 3]  # 0.3 * 10 is not above 3
-    assert teacher_count(3, 1.0, seen=7) == 3
+    def counts(share, size, batches):
+        schedule = TeacherSchedule(DistillationWeights(teacher_share=share, adaptive_share=False))
+        return [schedule.count(size) for _ in range(batches)]
+
+    assert counts(0.25, 4, 3) == [1, 1, 1]
+    assert counts(0.25, 1, 9) == [1, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert counts(0.5, 2, 3) == [1, 1, 1]
+    assert counts(0.3, 4, 5) == [2, 1, 1, 1, 1]  # 6 of 20, from the first
+    assert counts(0.3, 10, 3) == [3, 3, 3]  # 0.3 * 10 is not above 3
+    assert counts(1.0, 3, 2) == [3, 3]
+    assert TeacherSchedule(DistillationWeights.next_token_only()).count(4) == 0
+
+
+def test_adaptive_share_follows_the_teacher_lead():
+    """The share is the configured one until a lead is known, then that share times the running lead over the
+    largest it has been, never below a sixteenth; a negative or missing lead changes nothing else."""
+    schedule = TeacherSchedule(DistillationWeights(teacher_share=0.5))
+    assert schedule.share == 0.5
+    schedule.update(2.0)
+    assert schedule.share == 0.5 and schedule.lead == 2.0
+    schedule.update(0.0)  # the running mean moves a tenth of the way: 1.8 of the best 2.0
+    assert schedule.lead == pytest.approx(1.8) and schedule.share == pytest.approx(0.45)
+    for _ in range(60):
+        schedule.update(-1.0)
+    assert schedule.lead < 0 and schedule.share == pytest.approx(0.5 / 16)
+    schedule.update(None)
+    assert schedule.share == pytest.approx(0.5 / 16)
+    fixed = TeacherSchedule(DistillationWeights(teacher_share=0.5, adaptive_share=False))
+    fixed.update(-1.0)
+    assert fixed.share == 0.5
 
 
 def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, ru_lines):
@@ -161,12 +185,14 @@ def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, 
     collate = DistillationCollator(tokenizer, source, max_length=24)
     texts = sorted(ru_lines[:4], key=len)  # shortest first: the first half may need less teacher width than the batch
 
-    def losses(batch, **share):
-        weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1, **share)
-        targets = teacher_targets(teacher, batch, weights, tree=tree)
-        return distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree)[1]
+    def losses(batch, share=1.0):
+        weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1,
+                                      teacher_share=share, gate=False, adaptive_share=False)
+        count = TeacherSchedule(weights).count(len(batch["input_ids"]))
+        targets = teacher_targets(teacher, batch, weights, tree=tree, count=count)
+        return distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree, count=count)[1]
 
-    half, whole = losses(collate(texts), teacher_share=0.5), losses(collate(texts))
+    half, whole = losses(collate(texts), share=0.5), losses(collate(texts))
     alone = losses(collate(texts[:2]))
     assert set(half) == set(alone) and half["next_token"] == pytest.approx(whole["next_token"], rel=1e-5)
     for name in ("hidden", "chunk", "next_piece", "piece_tree"):
@@ -181,14 +207,19 @@ def test_teacher_share_counts_over_single_sequence_batches(tokenizers_en, tokeni
     record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
     tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
-    collate, weights = DistillationCollator(tokenizer, source, max_length=24), DistillationWeights(teacher_share=0.25)
+    collate = DistillationCollator(tokenizer, source, max_length=24)
+    weights = DistillationWeights(teacher_share=0.25, adaptive_share=False)
     weight = model.get_input_embeddings().weight
+
+    def loss(batch, schedule):
+        count = schedule.count(len(batch["input_ids"]))
+        return distillation_loss(model, teacher_targets(teacher, batch, weights, tree=tree, count=count), batch,
+                                 weights, first_pieces=pieces, tree=tree, count=count)
 
     def loss_and_grad(batches):
         weight.grad = None
-        losses = [distillation_loss(model, teacher_targets(teacher, batch, weights, tree=tree, seen=seen), batch,
-                                    weights, first_pieces=pieces, tree=tree, seen=seen)[0] / len(batches)
-                  for seen, batch in zip(range(0, 4, 4 // len(batches)), batches)]
+        schedule = TeacherSchedule(weights)
+        losses = [loss(batch, schedule)[0] / len(batches) for batch in batches]
         sum(losses).backward()
         return sum(losses).item(), weight.grad.clone()
 
@@ -196,10 +227,9 @@ def test_teacher_share_counts_over_single_sequence_batches(tokenizers_en, tokeni
     single, single_grad = loss_and_grad([collate([line]) for line in ru_lines[:4]])
     assert single == pytest.approx(whole, rel=1e-5)
     assert torch.allclose(single_grad, whole_grad, atol=1e-6, rtol=1e-4)
-    teacherless = distillation_loss(model, teacher_targets(teacher, collate(ru_lines[1:2]), weights, tree=tree,
-                                                           seen=1), collate(ru_lines[1:2]), weights,
-                                    first_pieces=pieces, tree=tree, seen=1)[1]
-    assert set(teacherless) == {"next_token"}
+    schedule = TeacherSchedule(weights)
+    schedule.count(1)  # the first sequence of the stream: the teacher reads it
+    assert set(loss(collate(ru_lines[1:2]), schedule)[1]) == {"next_token"}
 
 
 def test_trainer_runs_the_teacher_on_a_share_of_micro_batches(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -207,7 +237,7 @@ def test_trainer_runs_the_teacher_on_a_share_of_micro_batches(tokenizers_en, tok
     trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=2, per_device_train_batch_size=1,
                                                           gradient_accumulation_steps=4),
                                   train_dataset=ru_lines[:16], processing_class=tokenizer, teacher_tokenizer=source,
-                                  max_length=24, weights=DistillationWeights(teacher_share=0.25),
+                                  max_length=24, weights=DistillationWeights(adaptive_share=False),
                                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
     calls = []
     teacher_call = Teacher.__call__
@@ -220,7 +250,8 @@ def test_trainer_runs_the_teacher_on_a_share_of_micro_batches(tokenizers_en, tok
         patch.setattr(Teacher, "__call__", counting)
         trainer.train()
     assert calls == [1, 1]  # one micro-batch of each step's four
-    assert all("distill/next_piece" in entry for entry in trainer.state.log_history if "loss" in entry)
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logs and all("distill/next_piece" in e and "distill/teacher_share" in e for e in logs)
 
 
 @pytest.mark.parametrize("precision", ["model", "teacher"])
@@ -251,7 +282,7 @@ def test_teacher_in_bfloat16_gives_close_targets(tokenizers_en, tokenizers_ru, r
     _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru, mode)
     record = vocabshift.get_record(model)
     batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
-    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=0, next_token=0)
+    weights = DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=0, next_token=0, teacher_share=1)
     targets = {}
     for dtype in (None, torch.bfloat16):
         teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=mode == "extend", dtype=dtype)

@@ -38,6 +38,8 @@ def test_ddp_distillation_matches_one_process(tokenizers_en, tokenizers_ru, ru_l
                 "--mixed_precision", "no", "--dynamo_backend", "no"], tmp_path / "in", tmp_path / "ddp", 2)
     single = _run([sys.executable], tmp_path / "in", tmp_path / "single", 4)
     assert ddp == {"world_size": 2, "ddp": "DistributedDataParallel"} and single["world_size"] == 1
+    leads = [json.loads((tmp_path / "ddp" / f"lead_{rank}.json").read_text()) for rank in (0, 1)]
+    assert leads[0] is not None and leads[0] == leads[1]  # one schedule: the teacher reads alike on every process
     trained = [AutoModelForCausalLM.from_pretrained(tmp_path / run / "model") for run in ("ddp", "single")]
     new_ids = torch.tensor(vocabshift.get_record(trained[0]).new_ids)
     old = torch.ones(model.config.vocab_size, dtype=torch.bool)

@@ -88,7 +88,7 @@ def test_loss_matches_a_direct_computation(tokenizers_en, tokenizers_ru, ru_line
     tree = piece_tree(record, model.get_input_embeddings().weight.shape[0])
     batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:3])
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=mode == "extend")
-    weights = DistillationWeights(hidden=0, next_piece=0, piece_tree=1, next_token=0)
+    weights = DistillationWeights(hidden=0, next_piece=0, piece_tree=1, next_token=0, teacher_share=1, gate=False)
     with torch.no_grad():
         targets = teacher_targets(teacher, batch, weights, tree=tree)
         _, parts = distillation_loss(model, targets, batch, weights, tree=tree)

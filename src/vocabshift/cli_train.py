@@ -47,8 +47,9 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
              "text (DistillationTrainer)"),
     arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
     arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
-    arg("--teacher-share", type=SHARE, default=1.0,
-        help="distillation: the share of the sequences the teacher reads (default: 1; less is faster)"),
+    arg("--teacher-share", type=SHARE, default=DistillationWeights().teacher_share,
+        help="distillation: the most of the sequences the teacher reads; the trainer lowers it while the student "
+             "passes the teacher (default: 0.25)"),
     arg("--teacher-dtype", choices=("bfloat16", "float16"),
         help="distillation: run the teacher in this precision (autocast; default: the model's own)"),
 )

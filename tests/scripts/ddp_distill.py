@@ -22,9 +22,11 @@ trainer = vocabshift.DistillationTrainer(
     model=model, args=args, train_dataset=json.loads((source / "texts.json").read_text()),
     processing_class=AutoTokenizer.from_pretrained(source), teacher_tokenizer=AutoTokenizer.from_pretrained(
         source / "teacher"), max_length=32,
-    weights=vocabshift.DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1),
+    weights=vocabshift.DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1, next_token=1, teacher_share=1,
+                                           adaptive_share=False),
     callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
 trainer.train()
+(output / f"lead_{trainer.args.process_index}.json").write_text(json.dumps(trainer.schedule.lead))
 if trainer.is_world_process_zero():
     (output / "world.json").write_text(json.dumps({"world_size": trainer.args.world_size,
                                                    "ddp": type(trainer.model_wrapped).__name__}))

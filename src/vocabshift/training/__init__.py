@@ -19,6 +19,7 @@ from .plots import plot_curves
 from .probing import ProbeResult, probe
 from .rows import TrainableRows
 from .stage import SecondStage
+from .teacher_schedule import TeacherSchedule
 
 __all__ = [
     "DistillationCollator",
@@ -30,6 +31,7 @@ __all__ = [
     "PieceTree",
     "ProbeResult",
     "SecondStage",
+    "TeacherSchedule",
     "TeacherTargets",
     "TrainableRows",
     "bits_per_byte",

@@ -34,11 +34,13 @@ __all__ = [
     "at_chunk_ends",
     "chunk_likelihood_loss",
     "chunk_log_probs",
+    "first_piece_probs",
     "followed_chunks",
     "hidden_state_loss",
     "next_piece_loss",
     "next_token_loss",
     "piece_tree_loss",
+    "teacher_gate",
     "token_log_probs",
 ]
 
@@ -64,23 +66,25 @@ def _scored(chunk_mask: torch.Tensor) -> torch.Tensor:
     return scored
 
 
-def _sequence_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over sequences (rows with something to score) of each row's mean over its masked entries."""
+def _sequence_mean(values: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over sequences (rows with something to score) of each row's mean over its masked entries, each entry
+    times its weight when `weights` are given (the count stays every masked entry)."""
     counts = mask.sum(1)
-    per_row = (values * mask).sum(1) / counts.clamp(min=1)
+    per_row = (values * (mask if weights is None else mask * weights)).sum(1) / counts.clamp(min=1)
     rows = counts > 0
     return per_row[rows].mean() if rows.any() else values.sum() * 0
 
 
 def chunk_likelihood_loss(
-    student_logps: torch.Tensor, teacher_logps: torch.Tensor, chunk_mask: torch.Tensor
+    student_logps: torch.Tensor, teacher_logps: torch.Tensor, chunk_mask: torch.Tensor, *,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean absolute difference of student and teacher chunk log probabilities (nats per chunk).
 
     A distance in log space keeps a full gradient for unlikely chunks, where most of the bits of a text are; a
     distance between probabilities (ALM's binary cross-entropy) nearly vanishes there.
     """
-    return _sequence_mean((student_logps - teacher_logps).abs(), _scored(chunk_mask))
+    return _sequence_mean((student_logps - teacher_logps).abs(), _scored(chunk_mask), weights)
 
 
 def at_chunk_ends(hidden: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
@@ -88,30 +92,43 @@ def at_chunk_ends(hidden: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     return hidden.gather(1, ends.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))
 
 
-def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
+def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, chunk_mask: torch.Tensor, *,
+                      weights: torch.Tensor | None = None) -> torch.Tensor:
     """Squared distance of the hidden states after each chunk (`at_chunk_ends` of both sides), relative to the
     squared norm of the teacher's."""
     student, teacher = student.float(), teacher.float()
     relative = (student - teacher).pow(2).sum(-1) / teacher.pow(2).sum(-1).clamp(min=1e-12)
-    return _sequence_mean(relative, _scored(chunk_mask))
+    return _sequence_mean(relative, _scored(chunk_mask), weights)
 
 
-def next_piece_loss(student_logits: torch.Tensor, teacher_logps: torch.Tensor, first_pieces: torch.Tensor,
-                    chunk_mask: torch.Tensor) -> torch.Tensor:
-    """KL(teacher || student) of the next-token distributions after each chunk (`at_chunk_ends` of the logits).
-
-    Args:
-        student_logits (`(batch, chunks, new vocabulary)`), teacher_logps (`(batch, chunks, old vocabulary)`, log
-            probabilities).
-        first_pieces (`torch.Tensor`): for every student id, the old id its probability counts for (itself for an
-            old token, the first piece of its decomposition for a new one; the old vocabulary's size when none).
-    """
+def first_piece_probs(student_logits: torch.Tensor, first_pieces: torch.Tensor, old_vocab_size: int) -> torch.Tensor:
+    """`(batch, chunks, old vocabulary + 1)`: the student's next-token probabilities (`at_chunk_ends` of the logits),
+    each token's counted for the old id in `first_pieces` (itself for an old token, the first piece of its
+    decomposition for a new one; the last slot, `old_vocab_size`, for tokens without one)."""
     probs = student_logits.float().softmax(-1)
     slots = first_pieces.to(probs.device).expand(*probs.shape[:2], -1)
-    grouped = probs.new_zeros(*probs.shape[:2], teacher_logps.shape[-1] + 1).scatter_add(2, slots, probs)
+    return probs.new_zeros(*probs.shape[:2], old_vocab_size + 1).scatter_add(2, slots, probs)
+
+
+def next_piece_loss(grouped: torch.Tensor, teacher_logps: torch.Tensor, chunk_mask: torch.Tensor, *,
+                    weights: torch.Tensor | None = None) -> torch.Tensor:
+    """KL(teacher || student) of the next-token distributions after each chunk, the student's grouped by first
+    piece (`first_piece_probs`) and the teacher's over the old vocabulary (`(batch, chunks, old vocabulary)`, log
+    probabilities)."""
     teacher = teacher_logps.float()
     kl = (teacher.exp() * (teacher - grouped[..., :-1].clamp_min(1e-30).log())).sum(-1)
-    return _sequence_mean(kl, chunk_mask)
+    return _sequence_mean(kl, chunk_mask, weights)
+
+
+def teacher_gate(student_piece_logps: torch.Tensor, teacher_piece_logps: torch.Tensor,
+                 chunk_mask: torch.Tensor) -> torch.Tensor:
+    """`(batch, chunks)`: 1.0 after each chunk where the teacher gives the next chunk's first old piece a higher log
+    probability than the student does (its tokens counted for their first pieces, `first_piece_probs`); 0.0 where
+    the student does better, and after the last chunk (nothing to judge).
+
+    Both predict the same event there, from the same text, so this says where the teacher still knows better.
+    """
+    return ((teacher_piece_logps > student_piece_logps) & followed_chunks(chunk_mask)).float()
 
 
 def followed_chunks(chunk_mask: torch.Tensor) -> torch.Tensor:
@@ -120,7 +137,8 @@ def followed_chunks(chunk_mask: torch.Tensor) -> torch.Tensor:
 
 
 def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: torch.Tensor,
-                    teacher_slot_logps: torch.Tensor, tree: PieceTree, chunk_mask: torch.Tensor) -> torch.Tensor:
+                    teacher_slot_logps: torch.Tensor, tree: PieceTree, chunk_mask: torch.Tensor, *,
+                    weights: torch.Tensor | None = None) -> torch.Tensor:
     """KL(teacher || student) of how each node of the piece tree along the next chunk's pieces splits, summed over
     the depths after each chunk.
 
@@ -149,7 +167,7 @@ def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: to
     teacher = teacher / teacher.sum(-1, keepdim=True).clamp(min=1e-30)
     kl = (torch.xlogy(teacher, teacher) - teacher * student.clamp(min=1e-30).log()).sum(-1)
     per_chunk = kl.new_zeros(has_next.shape).index_put((row, chunk), kl, accumulate=True)
-    return _sequence_mean(per_chunk, has_next)
+    return _sequence_mean(per_chunk, has_next, weights)
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,6 @@ Plain functions over a `DistillationCollator` batch, shared by `DistillationTrai
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,11 +16,13 @@ from .distill_losses import (
     at_chunk_ends,
     chunk_likelihood_loss,
     chunk_log_probs,
+    first_piece_probs,
     followed_chunks,
     hidden_state_loss,
     next_piece_loss,
     next_token_loss,
     piece_tree_loss,
+    teacher_gate,
     token_log_probs,
 )
 from .pieces import PieceTree, first_pieces
@@ -32,7 +33,6 @@ __all__ = [
     "TeacherTargets",
     "distillation_loss",
     "first_pieces",
-    "teacher_count",
     "teacher_part",
     "teacher_targets",
 ]
@@ -54,22 +54,24 @@ class DistillationWeights:
         next_token (`float`): plain next-token cross-entropy of the student.
         layer (`int`): index into `hidden_states` (-1: the last layer, after the final norm).
         teacher_share (`float`): the share of the sequences the teacher reads and its objectives score, counted
-            over the stream of sequences a process trains on (`teacher_count`): a quarter reads the first sequence
+            over the stream of sequences a process trains on (`TeacherSchedule`): a quarter reads the first sequence
             of each batch of 4, or every fourth batch of one sequence (one per device and gradient accumulation,
-            as for large models). `next_token` scores all of them, so a share below 1 needs it. The teacher's
-            forward is the largest part of what distillation adds to a step, so below 1 a step buys most of its
-            signal for less.
+            as for large models). `next_token` scores all of them, so a share below 1 needs it.
+        gate (`bool`): count the teacher objectives only after chunks where the teacher gives the next piece a
+            higher probability than the student does (`teacher_gate`).
+        adaptive_share (`bool`): the teacher reads fewer sequences, and its objectives weigh less, as the student
+            closes the teacher's lead on the next piece (`TeacherSchedule`).
 
-    The default, `next_piece` + `piece_tree` + `next_token` + `hidden`, is the combination that measured best per
-    training step (benchmarks/results/distill_*.md, README "Distillation"): `piece_tree` teaches the split inside
-    each first-piece group that `next_piece` alone leaves to the one target, which matters most where first pieces
-    are single letters (byte-level BPE); `hidden` at the last layer trains how the rows read as inputs and, added to
-    the others, lowered bits per byte a little further (alone it barely moves them); `chunk` trails plain
-    cross-entropy, and giving `next_token` less weight, or `piece_tree` more, did worse. The teacher reads the
-    longer old tokenization, so a step costs about two cross-entropy steps even with the teacher in bfloat16
-    (`DistillationTrainer(teacher_dtype=...)`); a `teacher_share` below 1 keeps most of the per-step gain at a
-    fraction of that cost. The default share stays 1 (the most per step); compare per second with `probe` or
-    benchmarks/bench_distill.py before a long run.
+    Why the default: `next_piece` + `piece_tree` + `next_token` + `hidden` is the combination that measured best per
+    training step where the original model knows the language (README "Distillation"): `piece_tree` teaches the
+    split inside each first-piece group that `next_piece` leaves to the one target, which matters most where first
+    pieces are single letters (byte-level BPE); `hidden` trains how the rows read as inputs; `chunk` trails plain
+    cross-entropy. But the teacher is the original model, and where the language is one it is weak in, the student
+    soon predicts the text better than it: a teacher that keeps pulling then makes the student worse than plain
+    cross-entropy. So the teacher counts only where it still knows better (`gate`), and reads less as its lead
+    shrinks (`adaptive_share`), down to almost nothing once the student has caught up. The teacher reads the longer
+    old tokenization, so reading every sequence costs more than the cross-entropy step itself; a quarter keeps most
+    of the gain per step at a fraction of that cost (figures: README, benchmarks/bench_languages.py).
     """
 
     hidden: float = 1.0
@@ -78,7 +80,9 @@ class DistillationWeights:
     piece_tree: float = 1.0
     next_token: float = 1.0
     layer: int = -1
-    teacher_share: float = 1.0
+    teacher_share: float = 0.25
+    gate: bool = True
+    adaptive_share: bool = True
 
     def __post_init__(self) -> None:
         for name in _OBJECTIVES:
@@ -93,6 +97,9 @@ class DistillationWeights:
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
             raise InvalidArgumentError(f"teacher_share={share!r} is invalid: pass a share of the batch in (0, 1], "
                                        "e.g. 0.25 (the teacher reads a quarter of each batch's sequences).")
+        for name in ("gate", "adaptive_share"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{name}={getattr(self, name)!r} is invalid: pass True or False.")
         if share < 1 and not self.next_token:
             raise InvalidArgumentError(f"teacher_share={share!r} needs next_token > 0: the sequences the teacher "
                                        "skips are scored by next_token alone. Set next_token=1, or teacher_share=1.")
@@ -123,21 +130,22 @@ class TeacherTargets:
     tree_index: torch.Tensor | None = None
     tree_nodes: torch.Tensor | None = None
     tree_logps: torch.Tensor | None = None
+    piece_logps: torch.Tensor | None = None
 
 
 def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
-                    tree: PieceTree | None = None, seen: int = 0) -> TeacherTargets:
+                    tree: PieceTree | None = None, count: int | None = None) -> TeacherTargets:
     """Run the teacher on the teacher side of a `DistillationCollator` batch (no gradients).
 
-    `tree` (see `piece_tree`) is needed for the `piece_tree` objective; `seen` (see `teacher_count`) is the number
-    of sequences trained on before this batch. Empty targets when the teacher reads none of the batch.
+    `tree` (see `piece_tree`) is needed for the `piece_tree` objective; `count` is how many of the batch's first
+    sequences the teacher reads (a `TeacherSchedule` decides; default: all). Empty targets when it reads none.
     """
     if weights.piece_tree and tree is None:
         raise InvalidArgumentError("The piece_tree objective needs tree=piece_tree(record, rows); pass it, or set "
                                    "DistillationWeights(piece_tree=0).")
-    if not weights.uses_teacher or not teacher_count(len(batch["input_ids"]), weights.teacher_share, seen=seen):
+    if not weights.uses_teacher or count == 0:
         return TeacherTargets()
-    batch = teacher_part(batch, weights, seen=seen)
+    batch = teacher_part(batch, count)
     out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=weights.layer,
                   logits=weights.chunk > 0)
     ends = batch["teacher_chunk_ends"]
@@ -150,33 +158,30 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
                                                  batch["teacher_chunk_ids"], batch["chunk_ends"].shape[1])
     last = out.hidden if weights.layer == -1 else out.last_hidden
     walk = _tree_walk(batch, tree) if weights.piece_tree and tree is not None else None
-    if weights.next_piece or walk is not None:
-        targets.update(_head_targets(teacher, last, ends if weights.next_piece else None, walk))
+    if weights.next_piece or weights.gate or walk is not None:
+        targets.update(_head_targets(teacher, last, ends if weights.next_piece or weights.gate else None, walk))
+    if weights.gate:
+        logps = targets["next_logps"] if weights.next_piece else targets.pop("next_logps")
+        targets["piece_logps"] = logps.gather(-1, next_pieces(batch)[..., None]).squeeze(-1)
     return TeacherTargets(**targets)
 
 
-def teacher_count(batch_size: int, share: float, *, seen: int = 0) -> int:
-    """How many of a batch's sequences (the first ones) the teacher reads: the whole numbers that `share` × the
-    sequences trained on passes in this batch, `seen` of them before it. Over a stream the teacher reads `share`
-    of the sequences whatever the batch size: every batch of 4 at a share of 0.25, every fourth batch of one."""
-    def passed(count: int) -> int:
-        return math.ceil(share * count - 1e-9)  # 0.3 * 10 is 3.0000000000000004
-
-    return passed(seen + batch_size) - passed(seen)
-
-
-def teacher_part(batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
-                 seen: int = 0) -> dict[str, torch.Tensor]:
-    """The sequences the teacher reads (`teacher_count` of them, the first ones), with the teacher side cut to
-    their longest; at least one (callers skip a batch the teacher does not read)."""
-    count = max(1, teacher_count(len(batch["input_ids"]), weights.teacher_share, seen=seen))
-    if count == len(batch["input_ids"]):
+def teacher_part(batch: dict[str, torch.Tensor], count: int | None) -> dict[str, torch.Tensor]:
+    """The first `count` sequences (None: all), which the teacher reads, with the teacher side cut to their
+    longest."""
+    if count is None or count >= len(batch["input_ids"]):
         return batch
     part = {name: value[:count] for name, value in batch.items()}
     width = int(part["teacher_attention_mask"].sum(1).max())
     for name in ("teacher_input_ids", "teacher_attention_mask", "teacher_chunk_ids"):
         part[name] = part[name][:, :width]
     return part
+
+
+def next_pieces(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`(batch, chunks)`: the first old token of the chunk after each chunk (the last token's id after the last)."""
+    ids = batch["teacher_input_ids"]
+    return ids.gather(1, (batch["teacher_chunk_ends"] + 1).clamp(min=0, max=ids.shape[1] - 1))
 
 
 def _tree_walk(batch: dict[str, torch.Tensor], tree: PieceTree) -> dict[str, torch.Tensor]:
@@ -226,60 +231,85 @@ def _head_targets(teacher: Teacher, last: torch.Tensor, ends: torch.Tensor | Non
 
 def distillation_loss(
     model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
-    first_pieces: torch.Tensor | None = None, tree: PieceTree | None = None, seen: int = 0,
+    first_pieces: torch.Tensor | None = None, tree: PieceTree | None = None, count: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value.
 
-    `first_pieces` (see `first_pieces`) is needed for the `next_piece` objective, `tree` (see `piece_tree`) for
-    `piece_tree`; `seen` is the one `teacher_targets` had. Each teacher objective is its mean over the sequences the
-    teacher read, times their count over `teacher_share` × the batch size (1 when the share of the batch is whole),
-    so that over a stream it weighs as if the teacher read that share of every batch; when it read none, only
-    `next_token` scores the batch.
+    `first_pieces` (see `first_pieces`) is needed for the `next_piece` objective and the gate, `tree` (see
+    `piece_tree`) for `piece_tree`; `count` is the one `teacher_targets` had. Each teacher objective is its mean over
+    the sequences the teacher read, times their count over `teacher_share` × the batch size when a count is given
+    (a `TeacherSchedule`'s), so that over a stream it weighs as if the teacher read that share of every batch; when
+    it read none, only `next_token` scores the batch. With the gate, the values also hold `teacher_wins` (the share
+    of the judged chunks it won) and `teacher_lead` (the mean log probability it gave the next piece above the
+    student's, nats).
     """
-    needs_logits = weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree
+    gated = weights.gate and weights.uses_teacher
+    needs_logits = weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree or gated
     if weights.piece_tree and tree is None:
         raise InvalidArgumentError("distillation_loss: the piece_tree objective needs tree=piece_tree(record, rows); "
                                    "pass it, or set DistillationWeights(piece_tree=0).")
-    if weights.next_piece and first_pieces is None:
-        raise InvalidArgumentError("distillation_loss: the next_piece objective needs first_pieces=first_pieces("
-                                   "record, rows); pass it, or set DistillationWeights(next_piece=0).")
+    if (weights.next_piece or gated) and first_pieces is None:
+        raise InvalidArgumentError("distillation_loss: the next_piece objective and the gate need first_pieces="
+                                   "first_pieces(record, rows); pass it, or set DistillationWeights(next_piece=0, "
+                                   "gate=False).")
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
     size = len(batch["input_ids"])
-    count = teacher_count(size, weights.teacher_share, seen=seen) if weights.uses_teacher else 0
-    parts = _teacher_objectives(out, targets, teacher_part(batch, weights, seen=seen), weights, first_pieces,
-                                tree) if count else {}
-    scale = count / (weights.teacher_share * size)
+    read = 0 if not weights.uses_teacher else size if count is None else min(count, size)
+    parts, judged = _teacher_objectives(out, targets, teacher_part(batch, read), weights, first_pieces,
+                                        tree) if read else ({}, {})
+    scale = 1.0 if count is None else read / (weights.teacher_share * size)
     if weights.next_token:
         parts["next_token"] = next_token_loss(out.logits, batch["labels"])
     loss = sum(getattr(weights, name) * value * (1 if name == "next_token" else scale)
                for name, value in parts.items())
-    return loss, {name: value.item() for name, value in parts.items()}
+    return loss, {**{name: value.item() for name, value in parts.items()}, **judged}
 
 
 def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch.Tensor],
                         weights: DistillationWeights, first_pieces: torch.Tensor | None,
-                        tree: PieceTree | None) -> dict[str, torch.Tensor]:
-    """Each teacher objective the weights use, on the sequences the teacher read (`part`, the first ones)."""
+                        tree: PieceTree | None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """Each teacher objective the weights use, on the sequences the teacher read (`part`, the first ones), and with
+    the gate how the teacher fared on the chunks it judged (`teacher_wins`, `teacher_lead`)."""
     count, mask = len(part["input_ids"]), part["chunk_mask"]
     parts: dict[str, torch.Tensor] = {}
+    if weights.next_piece or weights.piece_tree or weights.gate:
+        logits = at_chunk_ends(out.logits[:count], part["chunk_ends"])
+    if weights.next_piece or weights.gate:
+        assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
+        grouped = first_piece_probs(logits, first_pieces, targets.next_logps.shape[-1])
+    gate, judged = None, {}
+    if weights.gate:
+        assert targets.piece_logps is not None, "teacher_targets computed with other weights"
+        gate, judged = _judge(grouped.detach(), targets.piece_logps, part)
     if weights.hidden:
         assert targets.hidden is not None, "teacher_targets computed with other weights"
         student = at_chunk_ends(out.hidden_states[weights.layer][:count], part["chunk_ends"])
-        parts["hidden"] = hidden_state_loss(student, targets.hidden, mask)
+        parts["hidden"] = hidden_state_loss(student, targets.hidden, mask, weights=gate)
     if weights.chunk:
         assert targets.chunk_logps is not None, "teacher_targets computed with other weights"
         logps = chunk_log_probs(token_log_probs(out.logits[:count], part["input_ids"]), part["chunk_ids"],
                                 part["chunk_ends"].shape[1])
-        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask)
-    if weights.next_piece or weights.piece_tree:
-        logits = at_chunk_ends(out.logits[:count], part["chunk_ends"])
+        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask, weights=gate)
     if weights.next_piece:
-        assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
-        parts["next_piece"] = next_piece_loss(logits, targets.next_logps, first_pieces, mask)
+        assert targets.next_logps is not None
+        parts["next_piece"] = next_piece_loss(grouped, targets.next_logps, mask, weights=gate)
     if weights.piece_tree:
         assert targets.tree_index is not None and targets.tree_nodes is not None and targets.tree_logps is not None
         assert tree is not None  # checked by distillation_loss
         parts["piece_tree"] = piece_tree_loss(logits, targets.tree_index, targets.tree_nodes, targets.tree_logps,
-                                              tree, mask)
-    return parts
+                                              tree, mask, weights=gate)
+    return parts, judged
+
+
+def _judge(grouped: torch.Tensor, teacher_logps: torch.Tensor,
+           part: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    """The gate (`teacher_gate`) of the chunks of `part`, the share of the judged ones the teacher won and its mean
+    lead there (nats)."""
+    student = grouped.gather(-1, next_pieces(part)[..., None]).squeeze(-1).clamp_min(1e-30).log()
+    teacher = teacher_logps.float()
+    gate = teacher_gate(student, teacher, part["chunk_mask"])
+    judged = followed_chunks(part["chunk_mask"])
+    if not judged.any():
+        return gate, {}
+    return gate, {"teacher_wins": gate[judged].mean().item(), "teacher_lead": (teacher - student)[judged].mean().item()}

@@ -7,6 +7,7 @@ original model on the old tokenization of the same text) over aligned chunks. Us
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -21,6 +22,7 @@ from .distill_data import DistillationCollator
 from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
 from .teacher import Teacher
+from .teacher_schedule import TeacherSchedule
 
 __all__ = ["DistillationTrainer"]
 
@@ -91,25 +93,38 @@ class DistillationTrainer(Trainer):
         self.first_pieces = first_pieces(record, rows, self.args.device)
         self.tree = piece_tree(record, rows, self.args.device) if self.weights.piece_tree else None
         self._parts: dict[str, list[float]] = defaultdict(list)
-        self._seen = 0  # sequences this process has trained on
+        self.schedule = TeacherSchedule(self.weights)
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself
 
     def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
-        seen, self._seen = self._seen, self._seen + len(inputs["input_ids"])  # the teacher share counts over these
-        targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, seen=seen)
+        count = self.schedule.count(len(inputs["input_ids"]))
+        targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, count=count)
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
-                                        tree=self.tree, seen=seen)
-        for name, value in parts.items():
+                                        tree=self.tree, count=count)
+        self.schedule.update(self._shared_lead(parts.get("teacher_lead")))
+        for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)
         if return_outputs:
             raise InvalidArgumentError("DistillationTrainer does not return model outputs (no evaluation loop).")
         return loss
 
+    def _shared_lead(self, lead: float | None) -> float | None:
+        """The teacher's lead averaged over the processes, so that every process's schedule has its teacher read
+        the same number of sequences (a sharded model's forward is a collective that all of them must join)."""
+        if self.args.world_size <= 1:
+            return lead
+        known = lead is not None and not math.isnan(lead)
+        total = torch.tensor([lead if known else 0.0, float(known)], device=self.args.device, dtype=torch.float32)
+        torch.distributed.all_reduce(total)
+        return (total[0] / total[1]).item() if total[1] > 0 else None
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add each objective's mean since the last log (`distill/hidden`, ...) to the training logs."""
+        """Add each objective's mean since the last log (`distill/hidden`, ...), and with the gate the teacher's
+        wins, lead and share (`distill/teacher_wins`, `distill/teacher_lead`, `distill/teacher_share`), to the
+        training logs."""
         if "loss" in logs:
             logs.update({f"distill/{name}": sum(v) / len(v) for name, v in self._parts.items() if v})
             self._parts.clear()

@@ -34,6 +34,7 @@ from .metrics import bits_per_byte
 from .pieces import first_pieces, piece_tree
 from .plots import plot_curves, require_matplotlib
 from .teacher import Teacher
+from .teacher_schedule import TeacherSchedule
 
 __all__ = ["ProbeResult", "probe"]
 
@@ -255,16 +256,19 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
     record, rows_count = get_record(model), find_embeddings(model).num_rows
     pieces = first_pieces(record, rows_count, device)
     tree = piece_tree(record, rows_count, device) if weights.piece_tree else None
-    curve, seen = [(0, score())], 0
+    curve, schedule = [(0, score())], TeacherSchedule(weights)
     model.train()
     with trainable, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
+            count = schedule.count(len(batch["input_ids"]))
             with eval_mode(data.teacher.model):
-                targets = teacher_targets(data.teacher, batch, weights, tree=tree, seen=seen)
-            distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree, seen=seen)[0].backward()
-            seen += len(batch["input_ids"])
+                targets = teacher_targets(data.teacher, batch, weights, tree=tree, count=count)
+            loss, parts = distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree,
+                                            count=count)
+            loss.backward()
+            schedule.update(parts.get("teacher_lead"))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == len(data.batches):

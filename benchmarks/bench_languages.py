@@ -1,0 +1,340 @@
+"""The adapted model against the original given the same training, on several languages.
+
+SmolLM2-135M-Instruct, extend mode, `subword`, a tokenizer of the target language (16k, or what the corpus gives),
+embedding-only training at 4 sequences of up to 128 tokens per step, AdamW at a constant learning rate of 1e-3,
+no weight decay. Every arm reads the same training lines in the same seeded order (each packed to 128 tokens of its
+own tokenizer, never shuffled again), so that only the model and its objective differ:
+
+- `original`: the untrained original model with its own tokenizer;
+- `control`: the fair control, the original model with its own tokenizer, every embedding row training with
+  cross-entropy (`Trainer` + `EmbeddingOnlyCallback(rows="all")`);
+- `cross-entropy`: the adapted model, its new rows training with cross-entropy (`Trainer` +
+  `EmbeddingOnlyCallback(rows="new")`);
+- `default`: the adapted model, its new rows training with `DistillationTrainer`'s default objective.
+
+Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
+(scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
+other seeds to `--seed-steps` steps. Parity: the first checkpoint where an arm of the adapted model passes the
+untrained original, and where it passes the control at the same step, with the bytes of text each had read.
+
+    python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--seeds 1]
+                                         [--seed-steps 100] [--arms control cross-entropy default]
+
+Writes benchmarks/results/languages_<language>[<suffix>].md / .json / .png and languages[<suffix>].md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import tempfile
+from pathlib import Path
+
+import torch
+from bench_distill import Checkpoints
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+import vocabshift
+from smollm2_ru import HELD_OUT, load_smollm2, machine_load
+from vocabshift.corpus import shipped_english
+from vocabshift.testing.corpora import held_out_split, read_corpus, target_tokenizer
+from vocabshift.training import DistillationWeights, bits_per_byte, pack_texts
+from vocabshift.training.evaluation import eval_mode
+from vocabshift.training.plots import plot_curves
+
+RESULTS = Path(__file__).parent / "results"
+LENGTH, BATCH, RATE = 128, 4, 1e-3
+
+
+class CausalCollator:
+    """The tokenizer's bos (else eos), then the text's tokens up to `LENGTH` in all; labels -100 at padding."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+    def __call__(self, examples):
+        encoded = self.tokenizer([e["text"] for e in examples], add_special_tokens=False)["input_ids"]
+        rows = [[self.prefix, *ids][:LENGTH] for ids in encoded]
+        width = max(map(len, rows))
+        ids = torch.tensor([row + [0] * (width - len(row)) for row in rows])
+        mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+        return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+class InOrderTrainer(Trainer):
+    """Reads the training set in the given order (the lines are shuffled once, by seed, before packing)."""
+
+    def _get_train_sampler(self, *args, **kwargs):
+        return torch.utils.data.SequentialSampler(self.train_dataset)
+
+
+class InOrderDistillationTrainer(vocabshift.DistillationTrainer):
+    def _get_train_sampler(self, *args, **kwargs):
+        return torch.utils.data.SequentialSampler(self.train_dataset)
+
+
+def _arguments(work, steps, seed) -> TrainingArguments:
+    return TrainingArguments(work, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=RATE,
+                             lr_scheduler_type="constant", weight_decay=0.0, logging_steps=50, save_strategy="no",
+                             report_to=[], seed=seed, disable_tqdm=True, dataloader_pin_memory=False,
+                             remove_unused_columns=False)
+
+
+ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Trainer with cross-entropy)
+    "control": ("original", None),
+    "cross-entropy": ("adapted", None),
+    "default": ("adapted", DistillationWeights()),
+    "teacher everywhere": ("adapted", DistillationWeights(teacher_share=1, gate=False, adaptive_share=False)),
+}
+
+
+class Logged(TrainerCallback):
+    """Keeps the trainer's logged teacher figures (share, lead, wins) by step."""
+
+    def __init__(self):
+        self.entries = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        figures = {k.removeprefix("distill/"): v for k, v in (logs or {}).items() if k.startswith("distill/teacher")}
+        if figures:
+            self.entries.append({"step": state.global_step, **figures})
+
+
+def train_arm(setting, arm, steps, seed) -> dict:
+    """One arm from its own copy of the original model: its curve, seconds per step, English, bytes read."""
+    kind, weights = ARMS[arm]
+    model = copy.deepcopy(setting["base"])
+    tokenizer = setting["source"]
+    if kind == "adapted":
+        tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=setting["source"])
+    with eval_mode(model):
+        start = bits_per_byte(model, tokenizer, setting["held_out"])
+    texts = [{"text": text} for text in training_texts(setting["train"], tokenizer, BATCH * max(steps), seed)]
+    checkpoints, logged = Checkpoints(model, tokenizer, setting["held_out"], steps), Logged()
+    callbacks = [vocabshift.EmbeddingOnlyCallback(rows="all" if kind == "original" else "new"), checkpoints, logged]
+    with tempfile.TemporaryDirectory() as work:
+        args = _arguments(work, max(steps), seed)
+        if weights is None:
+            trainer = InOrderTrainer(model=model, args=args, train_dataset=texts,
+                                     data_collator=CausalCollator(tokenizer), callbacks=callbacks)
+        else:
+            trainer = InOrderDistillationTrainer(model=model, args=args, train_dataset=texts,
+                                                 processing_class=tokenizer, teacher_tokenizer=setting["source"],
+                                                 weights=weights, callbacks=callbacks)
+        trainer.train()
+    with eval_mode(model):
+        english = bits_per_byte(model, tokenizer, setting["english"])
+    return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
+            "english": english, "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
+            "teacher": logged.entries}
+
+
+def training_texts(lines, tokenizer, count, seed) -> list[str]:
+    """`count` texts of up to LENGTH tokens: the lines shuffled by `seed`, then packed in that order."""
+    lines = list(lines)
+    random.Random(seed).shuffle(lines)
+    texts = pack_texts(lines, tokenizer, max_length=LENGTH)[:count]
+    if len(texts) < count:
+        raise SystemExit(f"The corpus packs into {len(texts)} texts, fewer than the {count} wanted: pass fewer steps.")
+    return texts
+
+
+def _bytes(texts, tokenizer) -> float:
+    """Bytes of text the collators keep (the first LENGTH - 1 tokens of each packed text)."""
+    encoded = tokenizer([t["text"] for t in texts], add_special_tokens=False, return_offsets_mapping=True)
+    total = 0
+    for text, offsets in zip(texts, encoded["offset_mapping"]):
+        kept = offsets[: LENGTH - 1]
+        total += len(text["text"][: kept[-1][1]].encode("utf-8")) if kept else 0
+    return total
+
+
+def setting_for(language) -> dict:
+    """The language's training and held-out lines, English held-out lines, SmolLM2 and the new tokenizer."""
+    train, held_out = held_out_split(read_corpus(language), HELD_OUT)
+    shipped = set(shipped_english())  # extend_vocabulary checks English segmentation on these: not scored here
+    _, english = held_out_split([line for line in read_corpus("en") if line not in shipped], HELD_OUT)
+    base, source = load_smollm2()
+    new = target_tokenizer(source, language, vocab_size=16000, held_out=HELD_OUT)
+    with eval_mode(base):
+        original = {"held_out": bits_per_byte(base, source, held_out), "english": bits_per_byte(base, source, english)}
+    return {"language": language, "train": train, "held_out": held_out, "english": english, "base": base,
+            "source": source, "new": new, "original": original}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--languages", nargs="+", default=["ru", "de", "vi"])
+    parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200, 400])
+    parser.add_argument("--arms", nargs="+", default=["cross-entropy", "default", "control"], choices=list(ARMS))
+    parser.add_argument("--seeds", type=int, nargs="*", default=[1], help="further seeds, run to --seed-steps")
+    parser.add_argument("--seed-steps", type=int, default=100)
+    parser.add_argument("--suffix", default="", help="appended to the results' file names, to keep another run's")
+    options = parser.parse_args()
+    torch.set_num_threads(2)
+    for language in options.languages:
+        setting, load = setting_for(language), machine_load()
+        print(f"{language}: {len(setting['new']):,} tokens in the new tokenizer; original {setting['original']}")
+        results: dict[str, dict[str, dict]] = {}
+        runs = [(arm, 0, options.steps) for arm in options.arms]
+        runs += [(arm, seed, [options.seed_steps]) for seed in options.seeds for arm in options.arms]
+        for arm, seed, steps in runs:
+            print(f"  {arm}, seed {seed}", flush=True)
+            results.setdefault(arm, {})[str(seed)] = train_arm(setting, arm, steps, seed)
+            write_language(options, language, setting, results, load)
+    write_summary(options)
+
+
+def _command(options, language) -> str:
+    return (f"python benchmarks/bench_languages.py --languages {language} --steps {' '.join(map(str, options.steps))}"
+            f" --arms {' '.join(options.arms)} --seeds {' '.join(map(str, options.seeds))} --seed-steps "
+            f"{options.seed_steps}" + (f" --suffix {options.suffix}" if options.suffix else ""))
+
+
+def at_seconds(result, seconds) -> float | None:
+    """The run's bits per byte after `seconds` of training, interpolated between its checkpoints (None past them)."""
+    points = [(step * result["seconds_per_step"], bpb) for step, bpb in result["curve"]]
+    for (t0, a), (t1, b) in zip(points, points[1:]):
+        if t0 <= seconds <= t1:
+            return a + (b - a) * (seconds - t0) / (t1 - t0)
+    return None
+
+
+def parity(result, reference) -> str:
+    """The first checkpoint where `result` is below `reference` (a number, or a run compared at the same step)."""
+    curve = dict(reference["curve"]) if isinstance(reference, dict) else None
+    for step, bpb in result["curve"][1:]:
+        bar = reference if curve is None else curve.get(step)
+        if bar is not None and bpb < bar:
+            return (f"step {step} ({step * BATCH * LENGTH:,} tokens, {step * result['bytes_per_step'] / 1e6:.2f} MB of "
+                    "text)")
+    step, bpb = result["curve"][-1]
+    bar = reference if curve is None else curve.get(step)
+    return f"not within {step} steps ({bpb:.4f} against {bar:.4f})" if bar is not None else "-"
+
+
+def _f(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _curve_table(results, original) -> list[str]:
+    arms = list(results)
+    first = {arm: dict(results[arm]["0"]["curve"]) for arm in arms}
+    ce = results.get("cross-entropy", {}).get("0")
+    timed = [arm for arm in arms if arm not in ("cross-entropy", "control") and ce is not None]
+    lines = ["| step | " + " | ".join(arms) + "".join(f" | cross-entropy at {arm}'s seconds" for arm in timed) + " |",
+             "|---|" + "---|" * (len(arms) + len(timed))]
+    for step in sorted(set().union(*first.values())):
+        cells = [_f(first[arm].get(step)) for arm in arms]
+        for arm in timed:
+            seconds = step * results[arm]["0"]["seconds_per_step"]
+            value = at_seconds(ce, seconds) if step in first[arm] else None
+            cells.append("-" if value is None else f"{value:.4f} ({seconds:.0f} s)")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines + ["", f"The untrained original model with its own tokenizer: {original['held_out']:.4f}."]
+
+
+def _cost_table(results, original) -> list[str]:
+    ce = results.get("cross-entropy", {}).get("0")
+    lines = ["| arm | seconds per step | x cross-entropy | MB of text per 1,000 steps | English after training | "
+             "x the original's |", "|---|---|---|---|---|---|"]
+    for arm, runs in results.items():
+        run = runs["0"]
+        ratio = f"{run['seconds_per_step'] / ce['seconds_per_step']:.2f}x" if ce else "-"
+        lines.append(f"| {arm} | {run['seconds_per_step']:.2f} | {ratio} | {run['bytes_per_step'] / 1e3:.2f} | "
+                     f"{run['english']:.4f} | {run['english'] / original['english']:.4f} |")
+    return lines + ["", f"The original model's English: {original['english']:.4f} bits per byte (200 held-out lines)."]
+
+
+def _seed_table(results, seed_steps) -> list[str]:
+    seeds = sorted({seed for runs in results.values() for seed in runs}, key=int)
+    lines = ["| arm | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |", "|---|" + "---|" * (len(seeds) + 1)]
+    for arm, runs in results.items():
+        values = [dict(runs[s]["curve"]).get(seed_steps) if s in runs else None for s in seeds]
+        known = [v for v in values if v is not None]
+        lines.append(f"| {arm} | " + " | ".join(map(_f, values)) + f" | {_f(sum(known) / len(known))} |")
+    return lines
+
+
+def _parity_table(results, original) -> list[str]:
+    lines = ["| arm | passes the untrained original | passes the control at the same step |", "|---|---|---|"]
+    control = results.get("control", {}).get("0")
+    for arm, runs in results.items():
+        if arm != "control":
+            lines.append(f"| {arm} | {parity(runs['0'], original['held_out'])} | "
+                         f"{parity(runs['0'], control) if control else '-'} |")
+    return lines
+
+
+def _teacher_table(results) -> list[str]:
+    lines = []
+    for arm, runs in results.items():
+        entries = runs["0"].get("teacher") or []
+        if entries:
+            lines += [f"`{arm}`: the teacher's share of the sequences, its running lead on the next piece (nats) and "
+                      "the share of chunks it won, by logged step:", "", "| step | share | lead | wins |",
+                      "|---|---|---|---|"]
+            lines += [f"| {e['step']} | {e.get('teacher_share', 0):.3f} | {e.get('teacher_lead', float('nan')):.3f} | "
+                      f"{e.get('teacher_wins', float('nan')):.3f} |" for e in entries]
+            lines.append("")
+    return lines
+
+
+def write_language(options, language, setting, results, load) -> None:
+    stem = RESULTS / f"languages_{language}{options.suffix}"
+    original = setting["original"]
+    lines = [f"# Embedding-only training on {language}: the adapted model against the fair control",
+             "", f"SmolLM2-135M-Instruct, extend mode with `subword` ({len(setting['new']):,} tokens in the new "
+             f"tokenizer), 4 x 128 tokens per step, AdamW lr {RATE:g}, no weight decay; `default` is "
+             f"`DistillationTrainer`'s default objective {DistillationWeights().to_dict()}.", "",
+             "## Held-out bits per byte by step (seed 0)", "", *_curve_table(results, original), "",
+             "## Cost and English", "", *_cost_table(results, original), "",
+             f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
+             "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results),
+             f"Machine: before {load}; after {machine_load()}.", f"Command: `{_command(options, language)}`"]
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stem.with_suffix(".json").write_text(json.dumps({"original": original, "results": results}, indent=1) + "\n")
+    curves = {arm: runs["0"]["curve"] for arm, runs in results.items()}
+    plot_curves(curves, stem.with_suffix(".png"), reference=("untrained original", original["held_out"]),
+                title=f"Embedding-only training, {language}: held-out bits/byte by step")
+    timed = {f"{arm} (x: seconds)": [(s * runs["0"]["seconds_per_step"], v) for s, v in runs["0"]["curve"]]
+             for arm, runs in results.items()}
+    plot_curves(timed, stem.parent / (stem.name + "_time.png"), reference=("untrained original", original["held_out"]),
+                xlabel="training seconds", title=f"{language}: held-out bits/byte by wall time")
+    print("\n".join(lines), flush=True)
+
+
+def write_summary(options) -> None:
+    """One row per language and arm from every languages_<language><suffix>.json there is."""
+    lines = ["# Embedding-only training across languages", "",
+             f"Held-out bits per byte after {options.seed_steps} steps (mean of the seeds), the fair control's, and "
+             "where the adapted model passes the untrained original and the control (benchmarks/bench_languages.py; "
+             "one file per language beside this one).", "",
+             f"| language | objective | at {options.seed_steps} steps | control | untrained original | passes the "
+             "original | passes the control | English x original |", "|---|---|---|---|---|---|---|---|"]
+    for path in sorted(RESULTS.glob(f"languages_*{options.suffix}.json")):
+        data = json.loads(path.read_text())
+        language, results, original = path.stem.split("_")[1], data["results"], data["original"]
+        control = results.get("control")
+        for arm, runs in results.items():
+            if arm == "control":
+                continue
+            mean, bar = _mean_at(runs, options.seed_steps), _mean_at(control, options.seed_steps) if control else None
+            lines.append(f"| {language} | {arm} | {_f(mean)} | {_f(bar)} | {original['held_out']:.4f} | "
+                         f"{parity(runs['0'], original['held_out'])} | "
+                         f"{parity(runs['0'], control['0']) if control else '-'} | "
+                         f"{runs['0']['english'] / original['english']:.4f} |")
+    (RESULTS / f"languages{options.suffix}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _mean_at(runs, step) -> float | None:
+    values = [dict(run["curve"]).get(step) for run in runs.values()]
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""How many of each batch's sequences the teacher of distillation reads, as training goes on.
+
+The teacher's forward is most of what distillation adds to a step, and what it teaches is worth most while it
+predicts the text better than the student. `TeacherSchedule` has it read `teacher_share` of the sequences a process
+trains on, counted over the stream (the first ones of a batch: a quarter reads one sequence of each batch of 4, or
+every fourth batch of one). With `adaptive_share` that share follows the teacher's lead: the running mean of how
+much more log probability it gives the next piece than the student does (`teacher_lead`), as a fraction of the
+largest that mean has been. Where the student soon predicts as well as the teacher (a language the original model
+is weak in), the teacher reads ever fewer sequences and its objectives weigh less; where it keeps its lead, it
+keeps reading. Below zero, a sixteenth of the share still reads, so that the lead stays measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .distill_objective import DistillationWeights
+
+__all__ = ["TeacherSchedule"]
+
+_SMOOTHING = 0.1  # weight of each teacher batch in the running mean of the lead (about the last 10 batches)
+_FLOOR = 1 / 16  # the share that still reads once the student has caught up
+
+
+class TeacherSchedule:
+    """Decides how many of each batch's first sequences the teacher reads (one schedule per training process).
+
+    Args:
+        weights (`DistillationWeights`): its `teacher_share` and `adaptive_share`.
+
+    Example:
+        ```python
+        >>> schedule = TeacherSchedule(DistillationWeights(teacher_share=0.25, adaptive_share=False))
+        >>> [schedule.count(1) for _ in range(5)]
+        [1, 0, 0, 0, 1]
+        ```
+    """
+
+    def __init__(self, weights: DistillationWeights) -> None:
+        self.weights = weights
+        self.credit = 0.0  # sequences the teacher should have read so far (share × sequences, summed)
+        self.lead: float | None = None
+        self.best_lead: float | None = None
+
+    @property
+    def share(self) -> float:
+        """The share of the sequences the teacher reads now."""
+        if not self.weights.adaptive_share or self.lead is None or self.best_lead is None or self.best_lead <= 0:
+            return self.weights.teacher_share
+        return self.weights.teacher_share * min(1.0, max(_FLOOR, self.lead / self.best_lead))
+
+    def count(self, batch_size: int) -> int:
+        """How many of the next batch's first sequences the teacher reads: the whole numbers its credit passes."""
+        if not self.weights.uses_teacher:
+            return 0
+        before, self.credit = self.credit, self.credit + self.share * batch_size
+        return _passed(self.credit) - _passed(before)
+
+    def update(self, lead: float | None) -> None:
+        """Take the lead the teacher had on the sequences it just read (`distillation_loss`'s `teacher_lead`)."""
+        if lead is None or math.isnan(lead):
+            return
+        self.lead = lead if self.lead is None else (1 - _SMOOTHING) * self.lead + _SMOOTHING * lead
+        self.best_lead = self.lead if self.best_lead is None else max(self.best_lead, self.lead)
+
+    def state(self) -> dict[str, float | None]:
+        return {"teacher_share": self.share, "teacher_lead_mean": self.lead}
+
+
+def _passed(credit: float) -> int:
+    return math.ceil(credit - 1e-9)  # 0.3 * 10 is 3.0000000000000004

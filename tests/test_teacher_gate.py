@@ -1,0 +1,94 @@
+"""The teacher gate: the teacher's objectives count only after chunks where it predicts the next piece better."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import vocabshift
+from conftest import make_model
+from vocabshift.training.distill_data import DistillationCollator
+from vocabshift.training.distill_losses import first_piece_probs, teacher_gate
+from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
+from vocabshift.training.pieces import first_pieces, piece_tree
+from vocabshift.training.teacher import Teacher
+
+
+def test_gate_compares_both_probabilities_of_the_next_piece():
+    """Student ids 0..3 count for old pieces [0, 1, 2, 1]: the student's probability of piece 1 is that of ids 1 and
+    3 together. The teacher wins where it gives the next piece more; never after a row's last real chunk."""
+    probs = torch.tensor([[[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]])
+    grouped = first_piece_probs(probs.log(), torch.tensor([0, 1, 2, 1]), 3)
+    assert torch.allclose(grouped, torch.tensor([[[0.1, 0.6, 0.3, 0.0], [0.7, 0.2, 0.1, 0.0], [0.25, 0.5, 0.25, 0]]]))
+    student = grouped.gather(-1, torch.tensor([[[1], [0], [2]]])).squeeze(-1).log()  # the next pieces
+    teacher = torch.tensor([[0.5, 0.8, 0.9]]).log()  # piece 1: 0.5 < 0.6; piece 0: 0.8 > 0.7
+    assert teacher_gate(student, teacher, torch.tensor([[True, True, True]])).tolist() == [[0.0, 1.0, 0.0]]
+    longer = [torch.cat([student, student[:, :1]], 1), torch.cat([teacher, teacher[:, :1]], 1)]
+    assert teacher_gate(*longer, torch.tensor([[True, True, True, True]])).tolist() == [[0.0, 1.0, 1.0, 0.0]]
+    assert teacher_gate(*longer, torch.tensor([[True, True, True, False]])).tolist() == [[0.0, 1.0, 0.0, 0.0]]
+
+
+@pytest.fixture
+def setup(tokenizers_en, tokenizers_ru, ru_lines):
+    source = tokenizers_en["bytelevel"]
+    model = copy.deepcopy(make_model("qwen2-tied", source))
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=source)
+    record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
+    teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
+    batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:3])
+    return model, teacher, batch, first_pieces(record, rows), piece_tree(record, rows)
+
+
+def _loss_and_grad(model, targets, batch, weights, pieces, tree):
+    model.zero_grad()
+    loss, parts = distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree)
+    loss.backward()
+    return loss.item(), parts, model.get_input_embeddings().weight.grad.clone()
+
+
+def test_a_teacher_that_never_knows_better_leaves_cross_entropy(setup):
+    """Where the teacher gives every next piece probability 0, the gated objective is plain cross-entropy: the same
+    loss and gradient, every teacher objective 0, and the teacher won no chunk."""
+    model, teacher, batch, pieces, tree = setup
+    weights = DistillationWeights(chunk=1.0, teacher_share=1)
+    targets = teacher_targets(teacher, batch, weights, tree=tree)
+    never = dataclasses.replace(targets, piece_logps=torch.full_like(targets.piece_logps, -math.inf))
+    loss, parts, grad = _loss_and_grad(model, never, batch, weights, pieces, tree)
+    plain, _, plain_grad = _loss_and_grad(model, targets, batch, DistillationWeights.next_token_only(), pieces, tree)
+    assert parts["teacher_wins"] == 0.0
+    assert all(parts[name] == 0.0 for name in ("hidden", "chunk", "next_piece", "piece_tree"))
+    assert loss == pytest.approx(plain, rel=1e-6)
+    assert torch.allclose(grad, plain_grad, atol=1e-7)
+
+
+def test_a_teacher_that_always_knows_better_counts_every_followed_chunk(setup):
+    """Where the teacher is certain of every next piece it wins every chunk that another follows: piece_tree (which
+    only scores those) is the ungated one, the others lose only each row's last chunk."""
+    model, teacher, batch, pieces, tree = setup
+    weights = DistillationWeights(chunk=1.0, teacher_share=1)
+    ungated = DistillationWeights(chunk=1.0, teacher_share=1, gate=False)
+    targets = teacher_targets(teacher, batch, weights, tree=tree)
+    always = dataclasses.replace(targets, piece_logps=torch.zeros_like(targets.piece_logps))
+    gated = distillation_loss(model, always, batch, weights, first_pieces=pieces, tree=tree)[1]
+    plain = distillation_loss(model, teacher_targets(teacher, batch, ungated, tree=tree), batch, ungated,
+                              first_pieces=pieces, tree=tree)[1]
+    assert gated["teacher_wins"] == 1.0
+    assert gated["piece_tree"] == pytest.approx(plain["piece_tree"], rel=1e-6)
+    for name in ("hidden", "chunk", "next_piece"):
+        assert 0 < gated[name] < plain[name], name
+
+
+def test_the_gate_reports_the_share_of_chunks_the_teacher_won(setup):
+    model, teacher, batch, pieces, tree = setup
+    weights = DistillationWeights(teacher_share=1)
+    parts = distillation_loss(model, teacher_targets(teacher, batch, weights, tree=tree), batch, weights,
+                              first_pieces=pieces, tree=tree)[1]
+    assert 0.0 <= parts["teacher_wins"] <= 1.0 and math.isfinite(parts["teacher_lead"])
+    ungated = DistillationWeights(teacher_share=1, gate=False)
+    parts = distillation_loss(model, teacher_targets(teacher, batch, ungated, tree=tree), batch, ungated,
+                              first_pieces=pieces, tree=tree)[1]
+    assert "teacher_wins" not in parts and "teacher_lead" not in parts
