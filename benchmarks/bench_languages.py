@@ -17,10 +17,13 @@ Held-out bits per byte (200 lines of the language, never trained on) at each che
 other seeds to `--seed-steps` steps. Parity: the first checkpoint where an arm of the adapted model passes the
 untrained original, and where it passes the control at the same step, with the bytes of text each had read.
 
-    python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--seeds 1]
-                                         [--seed-steps 100] [--arms control cross-entropy default]
+    python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--baseline-steps 600]
+                                         [--arms control cross-entropy default] [--seeds 1] [--seed-steps 100]
+                                         [--seed-arms cross-entropy default]
 
-Writes benchmarks/results/languages_<language>[<suffix>].md / .json / .png and languages[<suffix>].md.
+Cross-entropy also trains to `--baseline-steps`, so that the other arms meet it at equal wall time. Writes
+benchmarks/results/languages_<language>[<suffix>].md / .json / .png and languages[<suffix>].md; runs of an earlier
+command for the language that this one does not repeat (arm and seed) are kept, so a long benchmark can run in parts.
 """
 
 from __future__ import annotations
@@ -110,8 +113,10 @@ def train_arm(setting, arm, steps, seed) -> dict:
     tokenizer = setting["source"]
     if kind == "adapted":
         tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=setting["source"])
-    with eval_mode(model):
-        start = bits_per_byte(model, tokenizer, setting["held_out"])
+    if kind not in setting["start"]:  # extending is deterministic: every arm of a kind starts from one score
+        with eval_mode(model):
+            setting["start"][kind] = bits_per_byte(model, tokenizer, setting["held_out"])
+    start = setting["start"][kind]
     texts = [{"text": text} for text in training_texts(setting["train"], tokenizer, BATCH * max(steps), seed)]
     checkpoints, logged = Checkpoints(model, tokenizer, setting["held_out"], steps), Logged()
     callbacks = [vocabshift.EmbeddingOnlyCallback(rows="all" if kind == "original" else "new"), checkpoints, logged]
@@ -162,36 +167,51 @@ def setting_for(language) -> dict:
     with eval_mode(base):
         original = {"held_out": bits_per_byte(base, source, held_out), "english": bits_per_byte(base, source, english)}
     return {"language": language, "train": train, "held_out": held_out, "english": english, "base": base,
-            "source": source, "new": new, "original": original}
+            "source": source, "new": new, "original": original, "start": {"original": original["held_out"]}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--languages", nargs="+", default=["ru", "de", "vi"])
     parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200, 400])
+    parser.add_argument("--baseline-steps", type=int, nargs="*", default=None,
+                        help="cross-entropy's further checkpoints, for equal wall time (default: 1.5x the last step)")
     parser.add_argument("--arms", nargs="+", default=["cross-entropy", "default", "control"], choices=list(ARMS))
     parser.add_argument("--seeds", type=int, nargs="*", default=[1], help="further seeds, run to --seed-steps")
+    parser.add_argument("--seed-arms", nargs="*", default=["cross-entropy", "default"], choices=list(ARMS))
     parser.add_argument("--seed-steps", type=int, default=100)
     parser.add_argument("--suffix", default="", help="appended to the results' file names, to keep another run's")
     options = parser.parse_args()
+    if options.baseline_steps is None:
+        options.baseline_steps = [max(options.steps) * 3 // 2]
     torch.set_num_threads(2)
     for language in options.languages:
         setting, load = setting_for(language), machine_load()
         print(f"{language}: {len(setting['new']):,} tokens in the new tokenizer; original {setting['original']}")
-        results: dict[str, dict[str, dict]] = {}
-        runs = [(arm, 0, options.steps) for arm in options.arms]
-        runs += [(arm, seed, [options.seed_steps]) for seed in options.seeds for arm in options.arms]
+        results, commands = _earlier(options, language)
+        commands.append(_command(options, language))
+        runs = [(arm, 0, sorted({*options.steps, *(options.baseline_steps if arm == "cross-entropy" else [])}))
+                for arm in options.arms]
+        runs += [(arm, seed, [options.seed_steps]) for seed in options.seeds for arm in options.seed_arms]
         for arm, seed, steps in runs:
             print(f"  {arm}, seed {seed}", flush=True)
             results.setdefault(arm, {})[str(seed)] = train_arm(setting, arm, steps, seed)
-            write_language(options, language, setting, results, load)
+            write_language(options, language, setting, results, load, commands)
     write_summary(options)
+
+
+def _earlier(options, language) -> tuple[dict[str, dict[str, dict]], list[str]]:
+    """The runs an earlier command left for this language (kept unless run again), and its commands."""
+    path = (RESULTS / f"languages_{language}{options.suffix}").with_suffix(".json")
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return data.get("results", {}), data.get("commands", [])
 
 
 def _command(options, language) -> str:
     return (f"python benchmarks/bench_languages.py --languages {language} --steps {' '.join(map(str, options.steps))}"
-            f" --arms {' '.join(options.arms)} --seeds {' '.join(map(str, options.seeds))} --seed-steps "
-            f"{options.seed_steps}" + (f" --suffix {options.suffix}" if options.suffix else ""))
+            f" --baseline-steps {' '.join(map(str, options.baseline_steps))} --arms {' '.join(options.arms)} --seeds"
+            f" {' '.join(map(str, options.seeds))} --seed-steps {options.seed_steps} --seed-arms "
+            f"{' '.join(options.seed_arms)}" + (f" --suffix {options.suffix}" if options.suffix else ""))
 
 
 def at_seconds(result, seconds) -> float | None:
@@ -283,7 +303,7 @@ def _teacher_table(results) -> list[str]:
     return lines
 
 
-def write_language(options, language, setting, results, load) -> None:
+def write_language(options, language, setting, results, load, commands) -> None:
     stem = RESULTS / f"languages_{language}{options.suffix}"
     original = setting["original"]
     lines = [f"# Embedding-only training on {language}: the adapted model against the fair control",
@@ -294,9 +314,11 @@ def write_language(options, language, setting, results, load) -> None:
              "## Cost and English", "", *_cost_table(results, original), "",
              f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
              "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results),
-             f"Machine: before {load}; after {machine_load()}.", f"Command: `{_command(options, language)}`"]
+             f"Machine: before {load}; after {machine_load()}.", "Commands (in order; a later one's runs replace an "
+             "earlier one's of the same arm and seed):", "", *[f"    {command}" for command in commands]]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    stem.with_suffix(".json").write_text(json.dumps({"original": original, "results": results}, indent=1) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps({"original": original, "results": results, "commands": commands},
+                                                    indent=1) + "\n")
     curves = {arm: runs["0"]["curve"] for arm, runs in results.items()}
     plot_curves(curves, stem.with_suffix(".png"), reference=("untrained original", original["held_out"]),
                 title=f"Embedding-only training, {language}: held-out bits/byte by step")

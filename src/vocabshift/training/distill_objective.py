@@ -278,7 +278,8 @@ def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch
     if weights.next_piece or weights.gate:
         assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
         grouped = first_piece_probs(logits, first_pieces, targets.next_logps.shape[-1])
-    gate, judged = None, {}
+    gate: torch.Tensor | None = None
+    judged: dict[str, float] = {}
     if weights.gate:
         assert targets.piece_logps is not None, "teacher_targets computed with other weights"
         gate, judged = _judge(grouped.detach(), targets.piece_logps, part)
