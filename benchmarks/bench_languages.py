@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_distill import Checkpoints
+from bench_distill import Checkpoints, at_seconds
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
@@ -214,15 +214,6 @@ def _command(options, language) -> str:
             f"{' '.join(options.seed_arms)}" + (f" --suffix {options.suffix}" if options.suffix else ""))
 
 
-def at_seconds(result, seconds) -> float | None:
-    """The run's bits per byte after `seconds` of training, interpolated between its checkpoints (None past them)."""
-    points = [(step * result["seconds_per_step"], bpb) for step, bpb in result["curve"]]
-    for (t0, a), (t1, b) in zip(points, points[1:]):
-        if t0 <= seconds <= t1:
-            return a + (b - a) * (seconds - t0) / (t1 - t0)
-    return None
-
-
 def parity(result, reference) -> str:
     """The first checkpoint where `result` is below `reference` (a number, or a run compared at the same step)."""
     curve = dict(reference["curve"]) if isinstance(reference, dict) else None
@@ -251,8 +242,7 @@ def _curve_table(results, original) -> list[str]:
         cells = [_f(first[arm].get(step)) for arm in arms]
         for arm in timed:
             seconds = step * results[arm]["0"]["seconds_per_step"]
-            value = at_seconds(ce, seconds) if step in first[arm] else None
-            cells.append("-" if value is None else f"{value:.4f} ({seconds:.0f} s)")
+            cells.append(at_seconds(ce, seconds) if step in first[arm] else "-")
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     return lines + ["", f"The untrained original model with its own tokenizer: {original['held_out']:.4f}."]
 

@@ -63,9 +63,6 @@ class TeacherSchedule:
         self.lead = lead if self.lead is None else (1 - _SMOOTHING) * self.lead + _SMOOTHING * lead
         self.best_lead = self.lead if self.best_lead is None else max(self.best_lead, self.lead)
 
-    def state(self) -> dict[str, float | None]:
-        return {"teacher_share": self.share, "teacher_lead_mean": self.lead}
-
 
 def _passed(credit: float) -> int:
     return math.ceil(credit - 1e-9)  # 0.3 * 10 is 3.0000000000000004
