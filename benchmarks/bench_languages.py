@@ -132,9 +132,10 @@ def train_arm(setting, arm, steps, seed) -> dict:
         trainer.train()
     with eval_mode(model):
         english = bits_per_byte(model, tokenizer, setting["english"])
+    dtype = getattr(trainer, "teacher", None) and trainer.teacher.dtype
     return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
             "english": english, "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
-            "teacher": logged.entries}
+            "teacher": logged.entries, "teacher_dtype": str(dtype or "float32").removeprefix("torch.")}
 
 
 def training_texts(lines, tokenizer, count, seed) -> list[str]:
@@ -293,6 +294,13 @@ def _teacher_table(results) -> list[str]:
     return lines
 
 
+def _precision(results) -> list[str]:
+    """The precision each distillation run's teacher ran in (`teacher_dtype="auto"` chooses per machine)."""
+    runs = [f"{arm} seed {seed}: {run['teacher_dtype']}" for arm, seeds in results.items() if ARMS[arm][1]
+            for seed, run in seeds.items() if "teacher_dtype" in run]
+    return [f"The teacher's precision (the student trains in float32): {'; '.join(runs)}.", ""] if runs else []
+
+
 def write_language(options, language, setting, results, load, commands) -> None:
     stem = RESULTS / f"languages_{language}{options.suffix}"
     original = setting["original"]
@@ -303,7 +311,7 @@ def write_language(options, language, setting, results, load, commands) -> None:
              "## Held-out bits per byte by step (seed 0)", "", *_curve_table(results, original), "",
              "## Cost and English", "", *_cost_table(results, original), "",
              f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
-             "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results),
+             "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results), *_precision(results),
              f"Machine: before {load}; after {machine_load()}.", "Commands (in order; a later one's runs replace an "
              "earlier one's of the same arm and seed):", "", *[f"    {command}" for command in commands]]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")

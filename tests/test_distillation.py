@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training.distill_data import DistillationCollator, pack_texts
 from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from vocabshift.training.distillation import DistillationTrainer
-from vocabshift.training.teacher import Teacher
+from vocabshift.training.teacher import Teacher, native_bf16
 from vocabshift.training.teacher_schedule import TeacherSchedule
 
 
@@ -81,11 +82,12 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     assert len(logged) == 3 and all(entry["distill/chunk"] >= 0 <= entry["distill/next_piece"] for entry in logged)
     assert all(entry["distill/piece_tree"] > 0 for entry in logged)
     cpt = vocabshift.get_record(model).cpt[-1]
+    chosen = "bfloat16" if native_bf16(torch.device("cpu")) else None  # teacher_dtype="auto", the default
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
                                 "next_token": 1, "layer": -1, "teacher_share": 1, "gate": False,
-                                "adaptive_share": True, "teacher_dtype": None}
+                                "adaptive_share": True, "teacher_dtype": chosen}
     card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny").text
-    assert '"adaptive_share": true, "teacher_dtype": null}' in card  # the card shows the whole objective
+    assert f'"adaptive_share": true, "teacher_dtype": {json.dumps(chosen)}}}' in card  # the whole objective
 
 
 def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -113,7 +115,7 @@ def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers
     original, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
     trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=ru_lines[:8],
                                   processing_class=tokenizer, teacher_tokenizer=source, max_length=24,
-                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="all")])
+                                  teacher_dtype=None, callbacks=[vocabshift.EmbeddingOnlyCallback(rows="all")])
     trainer.train()
     batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
     got = trainer.teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
@@ -294,6 +296,33 @@ def test_teacher_in_bfloat16_gives_close_targets(tokenizers_en, tokenizers_ru, r
     assert torch.allclose(half.next_logps.exp(), full.next_logps.exp(), atol=0.02)
     assert torch.allclose(half.chunk_logps, full.chunk_logps, rtol=0.05, atol=0.1)
     assert not torch.equal(half.next_logps, full.next_logps)  # it did run in bfloat16
+
+
+@pytest.mark.parametrize(("native", "model_dtype", "chosen"), [(True, torch.float32, torch.bfloat16),
+                                                               (False, torch.float32, None),
+                                                               (True, torch.bfloat16, None)])
+def test_auto_teacher_dtype_is_bfloat16_only_for_a_float32_model_where_native(tokenizers_en, en_lines, monkeypatch,
+                                                                               native, model_dtype, chosen):
+    monkeypatch.setattr("vocabshift.training.teacher.native_bf16", lambda device: native)
+    tokenizer = tokenizers_en["bytelevel"]
+    model = make_model("qwen2-tied", tokenizer).to(model_dtype)
+    batch = DistillationCollator(tokenizer, tokenizer, max_length=16)(en_lines[:2])
+    teacher = Teacher(model, old_rows=len(tokenizer), frozen_old_rows=True, dtype="auto")
+    out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
+    assert teacher.dtype == chosen and out.logits.dtype == (chosen or model_dtype)
+
+
+def test_native_bf16_asks_the_device(monkeypatch):
+    import torch.cpu
+
+    assert not native_bf16(torch.device("meta"))  # no device but CUDA GPUs and CPUs is assumed native
+    for avx512_bf16, amx, expected in [(True, False, True), (False, True, True), (False, False, False)]:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda value=avx512_bf16: value)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda value=amx: value)
+        assert native_bf16(torch.device("cpu")) is expected
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert not native_bf16(torch.device("cpu"))  # a torch without the probes: emulated, so the model's own dtype
 
 
 def test_teacher_dtype_is_checked(tokenizers_en):

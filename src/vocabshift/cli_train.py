@@ -6,7 +6,7 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import Trainer, TrainingArguments
@@ -50,8 +50,9 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("--teacher-share", type=SHARE, default=DistillationWeights().teacher_share,
         help="distillation: the most of the sequences the teacher reads; the trainer lowers it while the student "
              "passes the teacher (default: 0.25)"),
-    arg("--teacher-dtype", choices=("bfloat16", "float16"),
-        help="distillation: run the teacher in this precision (autocast; default: the model's own)"),
+    arg("--teacher-dtype", choices=("auto", "model", "bfloat16", "float16"), default="auto",
+        help="distillation: the teacher's precision (autocast): auto (bfloat16 for a float32 model where the device "
+             "computes it natively), model (the model's own), bfloat16 or float16"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
@@ -92,8 +93,15 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
     packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=args.context_length)]
     return DistillationTrainer(model=model, args=options, train_dataset=packed, processing_class=tokenizer,
                                teacher_tokenizer=teacher, teacher_model=teacher_model, max_length=args.context_length,
-                               teacher_dtype=args.teacher_dtype and getattr(torch, args.teacher_dtype),
+                               teacher_dtype=_teacher_dtype(args.teacher_dtype),
                                weights=DistillationWeights(teacher_share=args.teacher_share), callbacks=callbacks)
+
+
+def _teacher_dtype(name: str) -> torch.dtype | Literal["auto"] | None:
+    """`--teacher-dtype` as `DistillationTrainer` takes it."""
+    if name == "auto":
+        return "auto"
+    return None if name == "model" else getattr(torch, name)
 
 
 @subcommand(

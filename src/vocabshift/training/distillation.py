@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import Trainer
@@ -54,9 +54,11 @@ class DistillationTrainer(Trainer):
         processing_class: the tokenizer `extend_vocabulary` returned (the student's).
         teacher_tokenizer: the original tokenizer.
         teacher_model (*optional*): a separate original model; default: the model's own original rows.
-        teacher_dtype (`torch.dtype`, *optional*): the precision the teacher runs in, under autocast (`Teacher`):
-            `torch.bfloat16` makes its forward several times faster on GPUs and on CPUs with bf16 matrix units;
-            default: the model's own dtype (or the Trainer's `bf16`/`fp16` autocast).
+        teacher_dtype (`torch.dtype`, `"auto"` or `None`, defaults to `"auto"`): the precision the teacher runs in,
+            under autocast (`Teacher`): `"auto"` runs a float32 model's teacher in bfloat16 where the device computes
+            it natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), where its forward, most of what distillation
+            adds to a step, gets much faster; `None`: the model's own dtype (or the Trainer's `bf16`/`fp16`
+            autocast).
         weights (`DistillationWeights`, *optional*): objective weights and hidden-state layer.
         max_length (`int`, defaults to 128): student tokens per sequence (the collator's `max_length`).
         **kwargs: passed on to `Trainer`.
@@ -76,7 +78,8 @@ class DistillationTrainer(Trainer):
     """
 
     def __init__(self, model: Any = None, args: Any = None, train_dataset: Any = None, *, processing_class: Any,
-                 teacher_tokenizer: Any, teacher_model: Any = None, teacher_dtype: torch.dtype | None = None,
+                 teacher_tokenizer: Any, teacher_model: Any = None,
+                 teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, max_length: int = 128, **kwargs: Any) -> None:
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
@@ -134,7 +137,7 @@ class DistillationTrainer(Trainer):
         """`Trainer.train`, then the objective (weights, teacher precision) is noted in the record's last CPT
         entry."""
         output = super().train(*args, **kwargs)
-        dtype = self.teacher.dtype
+        dtype = self.teacher.dtype  # "auto" until the teacher first runs
         note_objective(self.model, {"name": "distillation", **self.weights.to_dict(),
                                     "teacher_dtype": None if dtype is None else str(dtype).removeprefix("torch.")})
         return output

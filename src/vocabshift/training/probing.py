@@ -240,7 +240,7 @@ class _Batches:
         collate = DistillationCollator(tokenizer, source, max_length=length)
         self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
                         for step in range(steps)]
-        self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True)
+        self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True, dtype="auto")
 
 
 def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeights, held_out: Sequence[str], *,

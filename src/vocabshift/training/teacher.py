@@ -9,14 +9,16 @@ old rows that train are copied once, before training. A separate teacher model w
 
 The teacher only infers, so it can run in a lower precision than the student trains in (`dtype`, under autocast):
 on GPUs and on CPUs with bf16 matrix units its forward, the largest part of a distillation step's extra cost, gets
-several times faster. Its log probabilities are still normalized in float32.
+much faster. With `"auto"` (`DistillationTrainer`'s default) a float32 model's teacher runs in bfloat16 where the
+device computes it natively (`native_bf16`), and in the model's own dtype elsewhere, where emulated bfloat16 would be
+slower. Its log probabilities are still normalized in float32.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +27,7 @@ from ..embeddings import find_embeddings, original_embeddings, original_tensors
 from ..errors import InvalidArgumentError, TrainingSetupError
 from ..record import find_record
 
-__all__ = ["Teacher", "TeacherOutput"]
+__all__ = ["Teacher", "TeacherOutput", "native_bf16"]
 
 
 @dataclass(frozen=True)
@@ -48,19 +50,22 @@ class Teacher:
             original matrix, which no text ever produces, and new tokens placed there are left out).
         frozen_old_rows (`bool`): whether rows below `old_rows` stay fixed during training.
         teacher_model (*optional*): a separate original model; used as is when given.
-        dtype (`torch.dtype`, *optional*): run the teacher under `torch.autocast` in this dtype (`torch.bfloat16`,
-            `torch.float16`); `None` runs it in the model's own dtype (or the autocast already in force).
+        dtype (`torch.dtype`, `"auto"` or `None`, defaults to `None`): run the teacher under `torch.autocast` in
+            this dtype (`torch.bfloat16`, `torch.float16`); `None` runs it in the model's own dtype (or the autocast
+            already in force); `"auto"` (`DistillationTrainer`'s default) chooses at the first call:
+            `torch.bfloat16` for a float32 model on a device that computes it natively (`native_bf16`), else `None`.
 
     Raises:
         `TrainingSetupError`: replace mode without the original rows in this process (pass `teacher_model`).
-        `InvalidArgumentError`: a `dtype` that is not a floating-point `torch.dtype`.
+        `InvalidArgumentError`: a `dtype` that is not a floating-point `torch.dtype`, `"auto"` or `None`.
     """
 
     def __init__(self, model: Any, *, old_rows: int, frozen_old_rows: bool, teacher_model: Any = None,
-                 dtype: torch.dtype | None = None) -> None:
-        if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+                 dtype: torch.dtype | Literal["auto"] | None = None) -> None:
+        if dtype not in (None, "auto") and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
             raise InvalidArgumentError(f"teacher dtype={dtype!r} is invalid: pass a floating-point torch.dtype such "
-                                       "as torch.bfloat16, or None for the model's own.")
+                                       "as torch.bfloat16, None for the model's own, or 'auto' (bfloat16 where the "
+                                       "device computes it natively).")
         self.model, self.old_rows, self.teacher_model, self.dtype = model, old_rows, teacher_model, dtype
         self.original: dict[str, torch.Tensor | None] | None = None
         if teacher_model is not None:
@@ -83,13 +88,17 @@ class Teacher:
             original = self.original["input"]
             assert original is not None  # remember_original always keeps the input matrix
             inputs = {"inputs_embeds": _lookup(find_embeddings(self.model).input, original, input_ids)}
+        if self.dtype == "auto":
+            self.dtype = _auto_dtype(model, input_ids.device)
         with self._precision(input_ids.device):
             out = model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
             last = out.hidden_states[-1]
             return TeacherOutput(out.hidden_states[layer], last, self.logits(last) if logits else None)
 
     def _precision(self, device: torch.device) -> Any:
-        return nullcontext() if self.dtype is None else torch.autocast(device.type, dtype=self.dtype)
+        if self.dtype is None or self.dtype == "auto":
+            return nullcontext()
+        return torch.autocast(device.type, dtype=self.dtype)
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -104,10 +113,27 @@ class Teacher:
             assert head is not None  # remember_original always keeps the input matrix
             weight, bias = head, self.original["bias"]
         weight, bias = weight[: self.old_rows], None if bias is None else bias[: self.old_rows]
-        dtype = self.dtype or hidden.dtype
+        dtype = hidden.dtype if self.dtype is None or self.dtype == "auto" else self.dtype
         scores = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
         cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
         return scores if not cap else torch.tanh(scores / cap) * cap
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 matrices in hardware: a CUDA GPU that supports bfloat16, or a CPU with
+    AVX512-BF16 or AMX (torch reports both only privately, so a torch without those probes counts as no)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(probe is not None and bool(probe()) for probe in probes)
+
+
+def _auto_dtype(model: Any, device: torch.device) -> torch.dtype | None:
+    """bfloat16 for a float32 model on a device with native bfloat16 (`native_bf16`), else the model's own."""
+    float32 = next(model.parameters()).dtype == torch.float32
+    return torch.bfloat16 if float32 and native_bf16(device) else None
 
 
 def _lookup(module: torch.nn.Module, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
