@@ -1,0 +1,87 @@
+"""Where the adapted model's English goes, before any training: segmentation against probability on new tokens.
+
+SmolLM2-135M-Instruct, extend mode, `subword`, the 16k tokenizer of each language (bench_languages.py's setting),
+English held-out lines (200, not the ones shipped with vocabshift, which extend_vocabulary checks). Per language,
+the English bits per byte against the untrained original's, measured in the same run:
+
+- `adapted`: the extended model with the extended tokenizer (what a user gets, and what bench_languages.py scores
+  after training);
+- `old cuts`: the extended model fed the original tokenizer's ids: English cut exactly as before, so what is lost is
+  the probability the model gives new tokens where an old one comes next (every new row is in the softmax);
+- `keep_source_segmentation`: extended with `keep_source_segmentation=True` (new tokens that change one of the
+  shipped English lines left out), with its own tokenizer.
+
+The difference between `adapted` and `old cuts` is what the new cuts of English words cost. Also: how many of the
+held-out English lines the extended tokenizer cuts differently, and how many tokens `keep_source_segmentation`
+leaves out.
+
+    python benchmarks/bench_english.py [--languages ru de vi]
+
+Writes benchmarks/results/english.md / .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import torch
+from bench_languages import setting_for
+
+from vocabshift.training import bits_per_byte
+from vocabshift.training.evaluation import eval_mode
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def measure(setting) -> dict:
+    """The English figures of one language (see the module docstring)."""
+    source, english, base = setting["source"], setting["english"], setting["base"]
+    row = {"original": setting["original"]["english"]}
+    for keep in (False, True):
+        model = copy.deepcopy(base)
+        tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=source,
+                                            keep_source_segmentation=keep)
+        with eval_mode(model):
+            if keep:
+                row["keep_source_segmentation"] = bits_per_byte(model, tokenizer, english)
+                row["tokens_kept"] = len(tokenizer) - len(source)
+                continue
+            row["adapted"] = bits_per_byte(model, tokenizer, english)
+            row["old cuts"] = bits_per_byte(model, source, english)
+        row["tokens"] = len(tokenizer) - len(source)
+        row["lines_cut_differently"] = sum(source(line)["input_ids"] != tokenizer(line)["input_ids"]
+                                           for line in english)
+    return row
+
+
+def write(rows: dict[str, dict]) -> None:
+    lines = ["# English of the extended model before training", "",
+             "English held-out bits per byte (200 lines), as a ratio to the untrained original's "
+             "(benchmarks/bench_english.py; SmolLM2-135M-Instruct, extend, `subword`, 16k tokenizers).", "",
+             "| language | new tokens | English lines cut differently | adapted | old cuts (probability on new "
+             "tokens only) | new cuts of English words | keep_source_segmentation (tokens kept) |",
+             "|---|---|---|---|---|---|---|"]
+    for language, row in rows.items():
+        ratio = {name: row[name] / row["original"] for name in ("adapted", "old cuts", "keep_source_segmentation")}
+        lines.append(f"| {language} | {row['tokens']:,} | {row['lines_cut_differently']} of 200 | "
+                     f"{ratio['adapted']:.4f} | {ratio['old cuts']:.4f} | {ratio['adapted'] / ratio['old cuts']:.4f}"
+                     f" | {ratio['keep_source_segmentation']:.4f} ({row['tokens_kept']:,}) |")
+    lines += ["", f"The original model's English: {next(iter(rows.values()))['original']:.4f} bits per byte."]
+    (RESULTS / "english.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (RESULTS / "english.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--languages", nargs="+", default=["ru", "de", "vi"])
+    options = parser.parse_args()
+    torch.set_num_threads(2)
+    write({language: measure(setting_for(language)) for language in options.languages})
+
+
+if __name__ == "__main__":
+    main()
