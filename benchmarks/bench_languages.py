@@ -132,10 +132,11 @@ def train_arm(setting, arm, steps, seed) -> dict:
         trainer.train()
     with eval_mode(model):
         english = bits_per_byte(model, tokenizer, setting["english"])
-    dtype = getattr(trainer, "teacher", None) and trainer.teacher.dtype
+    teacher = getattr(trainer, "teacher", None)  # None: cross-entropy, no teacher
+    dtype = None if teacher is None else str(teacher.dtype or torch.float32).removeprefix("torch.")
     return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
             "english": english, "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
-            "teacher": logged.entries, "teacher_dtype": str(dtype or "float32").removeprefix("torch.")}
+            "teacher": logged.entries, "teacher_dtype": dtype}
 
 
 def training_texts(lines, tokenizer, count, seed) -> list[str]:
@@ -297,7 +298,7 @@ def _teacher_table(results) -> list[str]:
 def _precision(results) -> list[str]:
     """The precision each distillation run's teacher ran in (`teacher_dtype="auto"` chooses per machine)."""
     runs = [f"{arm} seed {seed}: {run['teacher_dtype']}" for arm, seeds in results.items() if ARMS[arm][1]
-            for seed, run in seeds.items() if "teacher_dtype" in run]
+            for seed, run in seeds.items() if run.get("teacher_dtype")]
     return [f"The teacher's precision (the student trains in float32): {'; '.join(runs)}.", ""] if runs else []
 
 
