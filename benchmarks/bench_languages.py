@@ -32,6 +32,7 @@ import argparse
 import copy
 import json
 import random
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -91,6 +92,7 @@ ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Tra
     "cross-entropy": ("adapted", None),
     "default": ("adapted", DistillationWeights()),
     "teacher everywhere": ("adapted", DistillationWeights(teacher_share=1, gate=False, adaptive_share=False)),
+    "default without hidden": ("adapted", DistillationWeights(hidden=0)),
 }
 
 
@@ -210,10 +212,13 @@ def _earlier(options, language) -> tuple[dict[str, dict[str, dict]], list[str]]:
 
 
 def _command(options, language) -> str:
-    return (f"python benchmarks/bench_languages.py --languages {language} --steps {' '.join(map(str, options.steps))}"
-            f" --baseline-steps {' '.join(map(str, options.baseline_steps))} --arms {' '.join(options.arms)} --seeds"
-            f" {' '.join(map(str, options.seeds))} --seed-steps {options.seed_steps} --seed-arms "
-            f"{' '.join(options.seed_arms)}" + (f" --suffix {options.suffix}" if options.suffix else ""))
+    def names(values):
+        return " ".join(shlex.quote(str(value)) for value in values)
+
+    return (f"python benchmarks/bench_languages.py --languages {language} --steps {names(options.steps)}"
+            f" --baseline-steps {names(options.baseline_steps)} --arms {names(options.arms)} --seeds"
+            f" {names(options.seeds)} --seed-steps {options.seed_steps} --seed-arms {names(options.seed_arms)}"
+            + (f" --suffix {options.suffix}" if options.suffix else ""))
 
 
 def parity(result, reference) -> str:
