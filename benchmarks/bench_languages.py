@@ -12,6 +12,9 @@ own tokenizer, never shuffled again), so that only the model and its objective d
   `EmbeddingOnlyCallback(rows="new")`);
 - `default`: the adapted model, its new rows training with `DistillationTrainer`'s default objective.
 
+On request (`--arms`): `teacher everywhere` (the earlier default: every sequence, every chunk counted) and
+`default without hidden` (the default's weights with `hidden=0`).
+
 Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
 (scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
 other seeds to `--seed-steps` steps. Parity: the first checkpoint where an arm of the adapted model passes the
