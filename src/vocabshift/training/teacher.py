@@ -95,10 +95,14 @@ class Teacher:
             last = out.hidden_states[-1]
             return TeacherOutput(out.hidden_states[layer], last, self.logits(last) if logits else None)
 
+    @property
+    def _chosen(self) -> torch.dtype | None:
+        """The dtype the teacher runs in, `None` for the model's own (and for `"auto"` before the first call)."""
+        return None if self.dtype == "auto" else self.dtype
+
     def _precision(self, device: torch.device) -> Any:
-        if self.dtype is None or self.dtype == "auto":
-            return nullcontext()
-        return torch.autocast(device.type, dtype=self.dtype)
+        dtype = self._chosen
+        return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -113,7 +117,7 @@ class Teacher:
             assert head is not None  # remember_original always keeps the input matrix
             weight, bias = head, self.original["bias"]
         weight, bias = weight[: self.old_rows], None if bias is None else bias[: self.old_rows]
-        dtype = hidden.dtype if self.dtype is None or self.dtype == "auto" else self.dtype
+        dtype = self._chosen or hidden.dtype
         scores = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
         cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
         return scores if not cap else torch.tanh(scores / cap) * cap
