@@ -12,8 +12,11 @@ own tokenizer, never shuffled again), so that only the model and its objective d
   `EmbeddingOnlyCallback(rows="new")`);
 - `default`: the adapted model, its new rows training with `DistillationTrainer`'s default objective.
 
-On request (`--arms`): `teacher everywhere` (the earlier default: every sequence, every chunk counted) and
-`default without hidden` (the default's weights with `hidden=0`).
+On request (`--arms`): `teacher everywhere` (the earlier default: every sequence, every chunk counted),
+`default without hidden` (the default's weights with `hidden=0`), `default + source` (`source=1`: English read
+at the head, `source_replay.py`) and `default + source, English kept` (the same on a vocabulary extended with
+`keep_source_segmentation=True` over the English corpus's training lines: no new token changes how English is
+cut).
 
 Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
 (scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
@@ -96,6 +99,8 @@ ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Tra
     "default": ("adapted", DistillationWeights()),
     "teacher everywhere": ("adapted", DistillationWeights(teacher_share=1, gate=False, adaptive_share=False)),
     "default without hidden": ("adapted", DistillationWeights(hidden=0)),
+    "default + source": ("adapted", DistillationWeights(source=1.0)),
+    "default + source, English kept": ("English kept", DistillationWeights(source=1.0)),
 }
 
 
@@ -116,8 +121,10 @@ def train_arm(setting, arm, steps, seed) -> dict:
     kind, weights = ARMS[arm]
     model = copy.deepcopy(setting["base"])
     tokenizer = setting["source"]
-    if kind == "adapted":
-        tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=setting["source"])
+    if kind != "original":
+        kept = {} if kind == "adapted" else {"keep_source_segmentation": True, "source_texts": setting["english_train"]}
+        tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=setting["source"],
+                                            **kept)
     if kind not in setting["start"]:  # extending is deterministic: every arm of a kind starts from one score
         with eval_mode(model):
             setting["start"][kind] = bits_per_byte(model, tokenizer, setting["held_out"])
@@ -168,12 +175,13 @@ def setting_for(language) -> dict:
     """The language's training and held-out lines, English held-out lines, SmolLM2 and the new tokenizer."""
     train, held_out = held_out_split(read_corpus(language), HELD_OUT)
     shipped = set(shipped_english())  # extend_vocabulary checks English segmentation on these: not scored here
-    _, english = held_out_split([line for line in read_corpus("en") if line not in shipped], HELD_OUT)
+    english_train, english = held_out_split([line for line in read_corpus("en") if line not in shipped], HELD_OUT)
     base, source = load_smollm2()
     new = target_tokenizer(source, language, vocab_size=16000, held_out=HELD_OUT)
     with eval_mode(base):
         original = {"held_out": bits_per_byte(base, source, held_out), "english": bits_per_byte(base, source, english)}
-    return {"language": language, "train": train, "held_out": held_out, "english": english, "base": base,
+    return {"language": language, "train": train, "held_out": held_out, "english": english,
+            "english_train": [*shipped, *english_train], "base": base,
             "source": source, "new": new, "original": original, "start": {"original": original["held_out"]}}
 
 

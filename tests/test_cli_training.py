@@ -43,7 +43,7 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     assert config["vocabshift"]["evaluations"][-1]["num_texts"] == 10
 
 
-def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_lines):
+def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, en_lines):
     source = tokenizers_en["sentencepiece"]
     model = make_model("llama-untied", source)
     tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source)
@@ -53,15 +53,20 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
     result = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "trained"), "--max-steps", "2",
                  "--batch-size", "2", "--context-length", "32", "--objective", "distillation",
                  "--teacher-tokenizer", str(tmp_path / "source"), "--teacher-share", "0.5",
-                 "--teacher-dtype", "bfloat16")
+                 "--teacher-dtype", "bfloat16", "--source-weight", "0.5",
+                 "--source-texts", _texts(tmp_path / "en.txt.xz", en_lines[:50]))
     assert "2 embedding-only steps" in result.stdout
     cpt = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "trained")).cpt[-1]
     assert cpt["objective"]["name"] == "distillation" and cpt["objective"]["teacher_share"] == 0.5
-    assert cpt["objective"]["teacher_dtype"] == "bfloat16"
+    assert cpt["objective"]["teacher_dtype"] == "bfloat16" and cpt["objective"]["source"] == 0.5
     assert cpt["steps"] == 2
     wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
                 "--teacher-tokenizer", str(tmp_path / "extended"), check=False)
     assert wrong.returncode == 1 and "is not the tokenizer the model was extended from" in wrong.stderr
+    wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
+                "--teacher-tokenizer", str(tmp_path / "source"), "--source-texts", str(tmp_path / "no.txt"),
+                check=False)
+    assert wrong.returncode == 1 and "--source-texts=" in wrong.stderr and not (tmp_path / "x").exists()
 
 
 def test_probe(tmp_path, tokenizers_en, tokenizers_ru, ru_lines):

@@ -80,14 +80,16 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
             assert torch.equal(parameter, before[name]), name
     logged = [entry for entry in trainer.state.log_history if "distill/hidden" in entry]
     assert len(logged) == 3 and all(entry["distill/chunk"] >= 0 <= entry["distill/next_piece"] for entry in logged)
-    assert all(entry["distill/piece_tree"] > 0 for entry in logged)
+    assert all(entry["distill/piece_tree"] > 0 and "distill/source" not in entry for entry in logged)
     cpt = vocabshift.get_record(model).cpt[-1]
     chosen = "bfloat16" if native_bf16(torch.device("cpu")) else None  # teacher_dtype="auto", the default
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
                                 "next_token": 1, "layer": -1, "teacher_share": 1, "gate": False,
-                                "adaptive_share": True, "teacher_dtype": chosen}
+                                "adaptive_share": True, "source": 0.0, "teacher_dtype": chosen,
+                                "source_read": False}
     card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny").text
-    assert f'"adaptive_share": true, "teacher_dtype": {json.dumps(chosen)}}}' in card  # the whole objective
+    whole = f'"source": 0.0, "teacher_dtype": {json.dumps(chosen)}, "source_read": false}}'  # the objective's end
+    assert whole in card
 
 
 def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

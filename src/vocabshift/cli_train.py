@@ -53,6 +53,11 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("--teacher-dtype", choices=("auto", "model", "bfloat16", "float16"), default="auto",
         help="distillation: the teacher's precision (autocast): auto (bfloat16 for a float32 model where the device "
              "computes it natively), model (the model's own), bfloat16 or float16"),
+    arg("--source-weight", type=NON_NEGATIVE_RATE, default=0.0,
+        help="distillation: weight of the source-language text read at the output head each step, so that new "
+             "tokens in the source's script keep off it (default: 0, off)"),
+    arg("--source-texts", help="distillation: lines of the model's main language for --source-weight (.txt or "
+                               ".txt.xz; default: the English lines shipped with vocabshift)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
@@ -90,11 +95,13 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
             "was extended from (another fingerprint than the record's): pass that tokenizer."
         )
     teacher_model = load_model(args.teacher_model, argument="--teacher-model") if args.teacher_model else None
+    source = read_texts(args.source_texts, name="--source-texts") if args.source_texts else None
     packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=args.context_length)]
     return DistillationTrainer(model=model, args=options, train_dataset=packed, processing_class=tokenizer,
                                teacher_tokenizer=teacher, teacher_model=teacher_model, max_length=args.context_length,
-                               teacher_dtype=_teacher_dtype(args.teacher_dtype),
-                               weights=DistillationWeights(teacher_share=args.teacher_share), callbacks=callbacks)
+                               teacher_dtype=_teacher_dtype(args.teacher_dtype), source_texts=source,
+                               weights=DistillationWeights(teacher_share=args.teacher_share, source=args.source_weight),
+                               callbacks=callbacks)
 
 
 def _teacher_dtype(name: str) -> torch.dtype | Literal["auto"] | None:

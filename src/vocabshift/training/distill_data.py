@@ -20,7 +20,7 @@ from .chunks import align_chunks
 __all__ = ["DistillationCollator", "pack_texts"]
 
 
-def _prefix_id(tokenizer: Any, side: str) -> int:
+def prefix_id(tokenizer: Any, side: str) -> int:
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if prefix is None:
         raise InvalidArgumentError(
@@ -69,7 +69,7 @@ class DistillationCollator:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
                 raise InvalidArgumentError(f"{name}={value!r} is invalid: pass an int of at least 2.")
-        self._prefixes = (_prefix_id(self.tokenizer, "student"), _prefix_id(self.teacher_tokenizer, "teacher"))
+        self._prefixes = (prefix_id(self.tokenizer, "student"), prefix_id(self.teacher_tokenizer, "teacher"))
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
         texts = [_text_of(example) for example in examples]

@@ -61,6 +61,9 @@ class DistillationWeights:
             higher probability than the student does (`teacher_gate`).
         adaptive_share (`bool`): the teacher reads fewer sequences, and its objectives weigh less, as the student
             closes the teacher's lead on the next piece (`TeacherSchedule`).
+        source (`float`): the student's next-token loss on one sequence of source-language text per step, read at
+            the output head only (`source_replay.py`): keeps new tokens from taking the source language's
+            probability. Used by `DistillationTrainer`; off (0) by default.
 
     Why the default: `next_piece` + `piece_tree` + `next_token` + `hidden` is the combination that measured best per
     training step where the original model knows the language (README "Distillation"): `piece_tree` teaches the
@@ -71,7 +74,10 @@ class DistillationWeights:
     cross-entropy. So the teacher counts only where it still knows better (`gate`), and reads less as its lead
     shrinks (`adaptive_share`), down to almost nothing once the student has caught up. The teacher reads the longer
     old tokenization, so reading every sequence costs more than the cross-entropy step itself; a quarter keeps most
-    of the gain per step at a fraction of that cost (figures: README, benchmarks/bench_languages.py).
+    of the gain per step at a fraction of that cost (figures: README, benchmarks/bench_languages.py). `source` is
+    off: where the new tokens share the source's script it gives back part of the source language's bits per byte,
+    but the larger part of that loss comes from the new cuts of source words, which only the vocabulary
+    (`keep_source_segmentation`) avoids, and the replay's forward costs a sizeable share of a step.
     """
 
     hidden: float = 1.0
@@ -83,9 +89,10 @@ class DistillationWeights:
     teacher_share: float = 0.25
     gate: bool = True
     adaptive_share: bool = True
+    source: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in _OBJECTIVES:
+        for name in (*_OBJECTIVES, "source"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a non-negative weight.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -21,6 +22,7 @@ from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator
 from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
+from .source_replay import SourceReplay, source_loss
 from .teacher import Teacher
 from .teacher_schedule import TeacherSchedule
 
@@ -39,6 +41,15 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     if record.mode != "extend":
         return False
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
+
+
+def _source_replay(weights: DistillationWeights, tokenizer: Any, teacher_tokenizer: Any,
+                   texts: Sequence[str] | None, max_length: int) -> SourceReplay | None:
+    """The source text the student reads at the head, where it has something to do (`cut_differently`)."""
+    if not weights.source:
+        return None
+    replay = SourceReplay(tokenizer, texts, max_length=max_length)
+    return replay if replay.cut_differently(teacher_tokenizer) else None
 
 
 class DistillationTrainer(Trainer):
@@ -60,6 +71,10 @@ class DistillationTrainer(Trainer):
             adds to a step, gets much faster; `None`: the model's own dtype (or the Trainer's `bf16`/`fp16`
             autocast).
         weights (`DistillationWeights`, *optional*): objective weights and hidden-state layer.
+        source_texts (`Sequence[str]`, *optional*): source-language lines for `weights.source` (`SourceReplay`);
+            defaults to the English lines shipped with vocabshift. Pass lines of the model's main language when it is
+            not English. They are read only where the new tokenizer cuts them differently from the old one (new
+            tokens in the source's script).
         max_length (`int`, defaults to 128): student tokens per sequence (the collator's `max_length`).
         **kwargs: passed on to `Trainer`.
 
@@ -67,6 +82,7 @@ class DistillationTrainer(Trainer):
         `TrainingSetupError`: no `EmbeddingOnlyCallback` and no `teacher_model` (the body would train and the
             teacher drift with it), or replace mode without the original rows in this process.
         `RecordError`: the model carries no ExtensionRecord.
+        `CorpusError`: `source_texts` is not a non-empty list of strings.
 
     Example:
         ```python
@@ -80,7 +96,8 @@ class DistillationTrainer(Trainer):
     def __init__(self, model: Any = None, args: Any = None, train_dataset: Any = None, *, processing_class: Any,
                  teacher_tokenizer: Any, teacher_model: Any = None,
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
-                 weights: DistillationWeights | None = None, max_length: int = 128, **kwargs: Any) -> None:
+                 weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
+                 max_length: int = 128, **kwargs: Any) -> None:
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
         frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
@@ -97,6 +114,7 @@ class DistillationTrainer(Trainer):
         self.tree = piece_tree(record, rows, self.args.device) if self.weights.piece_tree else None
         self._parts: dict[str, list[float]] = defaultdict(list)
         self.schedule = TeacherSchedule(self.weights)
+        self.source = _source_replay(self.weights, processing_class, teacher_tokenizer, source_texts, max_length)
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself
@@ -107,6 +125,9 @@ class DistillationTrainer(Trainer):
         targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, count=count)
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
                                         tree=self.tree, count=count)
+        if self.source is not None:
+            source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
+            loss, parts["source"] = loss + self.weights.source * source, source.item()
         self.schedule.update(self._shared_lead(parts.get("teacher_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)
@@ -134,10 +155,11 @@ class DistillationTrainer(Trainer):
         super().log(logs, start_time)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """`Trainer.train`, then the objective (weights, teacher precision) is noted in the record's last CPT
-        entry."""
+        """`Trainer.train`, then the objective (weights, teacher precision, whether the source text was read) is
+        noted in the record's last CPT entry."""
         output = super().train(*args, **kwargs)
         dtype = self.teacher.dtype  # "auto" until the teacher first runs
         note_objective(self.model, {"name": "distillation", **self.weights.to_dict(),
-                                    "teacher_dtype": None if dtype is None else str(dtype).removeprefix("torch.")})
+                                    "teacher_dtype": None if dtype is None else str(dtype).removeprefix("torch."),
+                                    "source_read": self.source is not None})
         return output

@@ -1,0 +1,73 @@
+"""Source-language text read at the head only, so that new tokens keep their place in the source language.
+
+Embedding-only training on target text teaches the new rows where they belong, but nothing tells them where they do
+not: a new row composed from old pieces starts with its pieces' logit prior and keeps part of the probability of the
+source language's next tokens, which costs the model its English. `SourceReplay` gives the student one sequence of
+source-language text per step (the English lines shipped with vocabshift unless told otherwise), cut by its own
+tokenizer, and `source_loss` scores it with the input embeddings' output detached: the body runs without a graph
+(no backward through it), and the loss trains the rows only as outputs, there where they compete with the source
+language's tokens. It costs one forward of one sequence, no backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..corpus import source_lines
+from ..errors import CorpusError
+from .distill_data import pack_texts, prefix_id
+
+__all__ = ["SourceReplay", "source_loss"]
+
+
+class SourceReplay:
+    """The source-language sequences the student reads, one per step, in order and then again from the start.
+
+    Args:
+        tokenizer: the student's tokenizer.
+        texts (`Sequence[str]`, *optional*): source-language lines; None: the English lines shipped with vocabshift.
+        max_length (`int`): tokens per sequence, the tokenizer's bos (else eos) first.
+
+    Every process reads the same sequence at a step, so that a run gives the one-process result whatever the number
+    of processes (DDP averages their losses).
+
+    Raises:
+        `CorpusError`: `texts` is not a non-empty list of strings, or gives no token.
+    """
+
+    def __init__(self, tokenizer: Any, texts: Sequence[str] | None, *, max_length: int) -> None:
+        self.texts = pack_texts(source_lines(texts), tokenizer, max_length=max_length)
+        prefix = prefix_id(tokenizer, "student")
+        encoded = tokenizer(self.texts, add_special_tokens=False)["input_ids"]
+        self.sequences = [[prefix, *ids][:max_length] for ids in encoded if ids]
+        if not self.sequences:
+            raise CorpusError("source_texts give no token: pass source-language lines with text in them.")
+        self._next, self._tokenizer = 0, tokenizer
+
+    def cut_differently(self, teacher_tokenizer: Any) -> bool:
+        """Whether the original tokenizer cuts the source text otherwise: new tokens in the source's script (or a
+        replaced vocabulary). Where they are of another script, the text is cut as before and the new rows, built
+        from pieces of that script, take next to nothing of the source's probability: the replay has nothing to do.
+        """
+        ids = [tokenizer(self.texts, add_special_tokens=False)["input_ids"] for tokenizer in (self._tokenizer,
+                                                                                                teacher_tokenizer)]
+        return ids[0] != ids[1]
+
+    def batch(self, device: torch.device | str) -> dict[str, torch.Tensor]:
+        """The next sequence as a batch of one: `input_ids`, `attention_mask` and `labels`."""
+        ids = torch.tensor([self.sequences[self._next % len(self.sequences)]], device=device)
+        self._next += 1
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+
+
+def source_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The model's next-token loss on `batch` with its input embeddings detached: the gradient reaches only the rows
+    in the output head (the body's parameters are frozen, so it records no graph)."""
+    handle = model.get_input_embeddings().register_forward_hook(lambda _module, _args, output: output.detach())
+    try:
+        return model(**batch, use_cache=False).loss
+    finally:
+        handle.remove()
