@@ -89,7 +89,8 @@ def test_replay_moves_probability_off_new_tokens_in_the_source(tokenizers_en, sa
                                  learning_rate=1e-2, lr_scheduler_type="constant", save_strategy="no", report_to=[],
                                  use_cpu=True, seed=0)
         trainer = DistillationTrainer(model=trained, args=args, train_dataset=texts, processing_class=tokenizer,
-                                      teacher_tokenizer=source, max_length=32, source_texts=en_lines[:200],
+                                      teacher_tokenizer=source, max_length=32,
+                                      source_texts=en_lines[:200] if weight else None,
                                       weights=DistillationWeights(source=weight),
                                       callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
         trainer.train()
@@ -116,3 +117,12 @@ def test_replay_is_skipped_where_the_source_is_cut_as_before(tokenizers_en, toke
         _, tokenizer, source = _extended(tokenizers_en, target)
         replay = SourceReplay(tokenizer, en_lines[:100], max_length=32)
         assert replay.cut_differently(source) is read  # Cyrillic tokens: English is cut as before
+
+
+def test_source_texts_without_the_weight_are_refused(tokenizers_en, same_script, en_lines, tmp_path):
+    model, tokenizer, source = _extended(tokenizers_en, same_script)
+    args = TrainingArguments(str(tmp_path), max_steps=1, report_to=[], use_cpu=True)
+    with pytest.raises(InvalidArgumentError, match="source_texts is given but weights.source is 0"):
+        DistillationTrainer(model=model, args=args, train_dataset=en_lines[:8], processing_class=tokenizer,
+                            teacher_tokenizer=source, source_texts=en_lines[:20],
+                            callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])

@@ -47,6 +47,11 @@ def _source_replay(weights: DistillationWeights, tokenizer: Any, teacher_tokeniz
                    texts: Sequence[str] | None, max_length: int) -> SourceReplay | None:
     """The source text the student reads at the head, where it has something to do (`cut_differently`)."""
     if not weights.source:
+        if texts is not None:
+            raise InvalidArgumentError(
+                "source_texts is given but weights.source is 0, so nothing would read them: pass "
+                "weights=DistillationWeights(source=1.0) (CLI: --source-weight 1), or leave source_texts out."
+            )
         return None
     replay = SourceReplay(tokenizer, texts, max_length=max_length)
     return replay if replay.cut_differently(teacher_tokenizer) else None
@@ -83,6 +88,7 @@ class DistillationTrainer(Trainer):
             teacher drift with it), or replace mode without the original rows in this process.
         `RecordError`: the model carries no ExtensionRecord.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
+        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off).
 
     Example:
         ```python
