@@ -181,7 +181,7 @@ def setting_for(language) -> dict:
     with eval_mode(base):
         original = {"held_out": bits_per_byte(base, source, held_out), "english": bits_per_byte(base, source, english)}
     return {"language": language, "train": train, "held_out": held_out, "english": english,
-            "english_train": [*shipped, *english_train], "base": base,
+            "english_train": [*shipped_english(), *english_train], "base": base,
             "source": source, "new": new, "original": original, "start": {"original": original["held_out"]}}
 
 
