@@ -41,20 +41,18 @@ class SourceReplay:
     def __init__(self, tokenizer: Any, texts: Sequence[str] | None, *, max_length: int) -> None:
         self.texts = pack_texts(source_lines(texts), tokenizer, max_length=max_length)
         prefix = prefix_id(tokenizer, "student")
-        encoded = tokenizer(self.texts, add_special_tokens=False)["input_ids"]
-        self.sequences = [[prefix, *ids][:max_length] for ids in encoded if ids]
+        self._encoded = tokenizer(self.texts, add_special_tokens=False)["input_ids"]
+        self.sequences = [[prefix, *ids][:max_length] for ids in self._encoded if ids]
         if not self.sequences:
             raise CorpusError("source_texts give no token: pass source-language lines with text in them.")
-        self._next, self._tokenizer = 0, tokenizer
+        self._next = 0
 
     def cut_differently(self, teacher_tokenizer: Any) -> bool:
         """Whether the original tokenizer cuts the source text otherwise: new tokens in the source's script (or a
         replaced vocabulary). Where they are of another script, the text is cut as before and the new rows, built
         from pieces of that script, take next to nothing of the source's probability: the replay has nothing to do.
         """
-        ids = [tokenizer(self.texts, add_special_tokens=False)["input_ids"] for tokenizer in (self._tokenizer,
-                                                                                                teacher_tokenizer)]
-        return ids[0] != ids[1]
+        return self._encoded != teacher_tokenizer(self.texts, add_special_tokens=False)["input_ids"]
 
     def batch(self, device: torch.device | str) -> dict[str, torch.Tensor]:
         """The next sequence as a batch of one: `input_ids`, `attention_mask` and `labels`."""
