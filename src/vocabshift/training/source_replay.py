@@ -6,7 +6,7 @@ source language's next tokens, which costs the model its English. `SourceReplay`
 source-language text per step (the English lines shipped with vocabshift unless told otherwise), cut by its own
 tokenizer, and `source_loss` scores it with the input embeddings' output detached: the body runs without a graph
 (no backward through it), and the loss trains the rows only as outputs, there where they compete with the source
-language's tokens. It costs one forward of one sequence, no backward.
+language's tokens. It costs one forward of one sequence and the head's backward.
 """
 
 from __future__ import annotations
