@@ -46,7 +46,7 @@ class Checkpoints(TrainerCallback):
 
     def __init__(self, model, tokenizer, held_out, steps):
         self.model, self.tokenizer, self.held_out, self.steps = model, tokenizer, held_out, set(steps)
-        self.curve, self.train_seconds, self._start = [], 0.0, None
+        self.curve, self.elapsed, self.train_seconds, self._start = [], [], 0.0, None
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._start = time.perf_counter()
@@ -56,6 +56,7 @@ class Checkpoints(TrainerCallback):
         if state.global_step in self.steps:
             with eval_mode(self.model):
                 self.curve.append((state.global_step, bits_per_byte(self.model, self.tokenizer, self.held_out)))
+                self.elapsed.append((state.global_step, self.train_seconds))
             self.model.train()
             print(f"  step {state.global_step}: {self.curve[-1][1]:.4f} bits/byte, "
                   f"{self.train_seconds / state.global_step:.2f} s/step", flush=True)
@@ -116,9 +117,17 @@ def _name(share: float) -> str:
     return "distillation" if share == 1 else f"distillation, teacher share {share:g}"
 
 
+def timed_curve(result) -> list[tuple[float, float]]:
+    """The run's (training seconds, bits per byte) at its checkpoints: each checkpoint's own elapsed time where the
+    run kept it, else its step times the run's mean seconds per step."""
+    if "elapsed" in result:
+        return [(seconds, bpb) for (_, seconds), (_, bpb) in zip(result["elapsed"], result["curve"], strict=True)]
+    return [(step * result["seconds_per_step"], bpb) for step, bpb in result["curve"]]
+
+
 def at_seconds(result, seconds) -> str:
     """The run's bits per byte after `seconds` of training, interpolated between its checkpoints ("-" past them)."""
-    points = [(step * result["seconds_per_step"], bpb) for step, bpb in result["curve"]]
+    points = timed_curve(result)
     for (t0, a), (t1, b) in zip(points, points[1:]):
         if t0 <= seconds <= t1:
             return f"{a + (b - a) * (seconds - t0) / (t1 - t0):.4f} ({seconds:.0f} s)"

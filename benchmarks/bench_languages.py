@@ -27,7 +27,9 @@ untrained original, and where it passes the control at the same step, with the b
                                          [--arms control cross-entropy default] [--seeds 1] [--seed-steps 100]
                                          [--seed-arms cross-entropy default]
 
-Cross-entropy also trains to `--baseline-steps`, so that the other arms meet it at equal wall time. Writes
+Cross-entropy also trains to `--baseline-steps`, so that the other arms meet it at equal wall time: each checkpoint's
+own elapsed training seconds against cross-entropy's, interpolated between its checkpoints (runs kept from before the
+elapsed seconds were recorded use their mean seconds per step). Writes
 benchmarks/results/languages_<language>[<suffix>].md / .json / .png and languages[<suffix>].md; runs of an earlier
 command for the language that this one does not repeat (arm and seed) are kept, so a long benchmark can run in parts.
 """
@@ -43,7 +45,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_distill import Checkpoints, at_seconds
+from bench_distill import Checkpoints, at_seconds, timed_curve
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
@@ -147,7 +149,8 @@ def train_arm(setting, arm, steps, seed) -> dict:
     teacher = getattr(trainer, "teacher", None)  # None: cross-entropy, no teacher
     dtype = None if teacher is None else str(teacher.dtype or torch.float32).removeprefix("torch.")
     return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
-            "english": english, "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
+            "elapsed": [(0, 0.0), *checkpoints.elapsed], "english": english,
+            "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
             "teacher": logged.entries, "teacher_dtype": dtype}
 
 
@@ -256,11 +259,11 @@ def _curve_table(results, original) -> list[str]:
     timed = [arm for arm in arms if arm not in ("cross-entropy", "control") and ce is not None]
     lines = ["| step | " + " | ".join(arms) + "".join(f" | cross-entropy at {arm}'s seconds" for arm in timed) + " |",
              "|---|" + "---|" * (len(arms) + len(timed))]
+    clock = {arm: dict(zip(first[arm], (t for t, _ in timed_curve(results[arm]["0"])))) for arm in timed}
     for step in sorted(set().union(*first.values())):
         cells = [_f(first[arm].get(step)) for arm in arms]
         for arm in timed:
-            seconds = step * results[arm]["0"]["seconds_per_step"]
-            cells.append(at_seconds(ce, seconds) if step in first[arm] else "-")
+            cells.append(at_seconds(ce, clock[arm][step]) if step in clock[arm] else "-")
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     return lines + ["", f"The untrained original model with its own tokenizer: {original['held_out']:.4f}."]
 
@@ -337,8 +340,7 @@ def write_language(options, language, setting, results, load, commands) -> None:
     curves = {arm: runs["0"]["curve"] for arm, runs in results.items()}
     plot_curves(curves, stem.with_suffix(".png"), reference=("untrained original", original["held_out"]),
                 title=f"Embedding-only training, {language}: held-out bits/byte by step")
-    timed = {f"{arm} (x: seconds)": [(s * runs["0"]["seconds_per_step"], v) for s, v in runs["0"]["curve"]]
-             for arm, runs in results.items()}
+    timed = {f"{arm} (x: seconds)": timed_curve(runs["0"]) for arm, runs in results.items()}
     plot_curves(timed, stem.parent / (stem.name + "_time.png"), reference=("untrained original", original["held_out"]),
                 xlabel="training seconds", title=f"{language}: held-out bits/byte by wall time")
     print("\n".join(lines), flush=True)
