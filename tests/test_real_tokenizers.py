@@ -111,3 +111,18 @@ def test_same_script_target_on_llama3_is_measured_and_can_be_kept_exact():
     assert report.source_lines_changed == 0 and report.tokens_dropped_for_source > 0
     assert kept(english, add_special_tokens=False)["input_ids"] == source(english, add_special_tokens=False)[
         "input_ids"]
+
+
+def test_a_whole_tokenizer_of_another_family_merges():
+    """Gemma-3's 262k pieces into Llama-3: old ids keep their tokens, new ids follow without gaps, every new piece
+    is reachable and text round-trips exactly (ids were once found by a scan of the vocabulary per new piece)."""
+    source, new = real("llama3"), real("gemma3")
+    tokenizer, report = vocabshift.merge_tokenizers(source, new)
+    vocab, first = tokenizer.get_vocab(), len(source)
+    assert report.tokens_added > 100_000 and all(vocab[token] == index for token, index in source.get_vocab().items())
+    assert sorted(index for index in vocab.values() if index >= first) == list(range(first, len(tokenizer)))
+    assert len(tokenizer) == first + report.tokens_added
+    model = tokenizer.backend_tokenizer.model
+    assert all([t.value for t in model.tokenize(token)] == [token] for token, index in vocab.items() if index >= first)
+    for text in read_lines("en", 50) + read_lines("ru", 50) + EXTRA:
+        assert _round_trip(tokenizer, text) == text

@@ -3,7 +3,8 @@ appended, and new pieces dropped again (with everything built from them) when th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tokenizers import models
@@ -79,21 +80,22 @@ def _repair(state: dict[str, Any], pieces: list[str], allowed: Callable[[str], b
     Merges appended later rank below every merge that builds a reachable piece, so only pieces that were
     unreachable need checking again.
     """
-    unreachable = _unreachable(state, pieces)
+    unreachable, ids = _unreachable(state, pieces), itertools.count(next_id(state))  # ids: one count, not a scan
     for _ in range(3):
         if not unreachable:
             break
         known = {tuple(pair) for pair in state["model"]["merges"][-10 * len(unreachable):]}
         for piece, produced in unreachable.items():
-            _build(state, piece, produced, allowed, known)
+            _build(state, piece, produced, allowed, known, ids)
         unreachable = _unreachable(state, list(unreachable))
     return set(unreachable)
 
 
 def _build(state: dict[str, Any], piece: str, produced: list[str], allowed: Callable[[str], bool],
-           known: set[tuple[str, str]]) -> None:
+           known: set[tuple[str, str]], ids: Iterator[int]) -> None:
     """Append merges that join `produced` into `piece`, each joining two neighbours into a piece `allowed` accepts
-    (a merge result that could occur in source-language text would change how it is cut); give up otherwise."""
+    (a merge result that could occur in source-language text would change how it is cut); give up otherwise. New
+    pieces take their ids from `ids`."""
     vocab, merges, sequence = state["model"]["vocab"], state["model"]["merges"], list(produced)
     while len(sequence) > 1:
         index = next((i for i in range(len(sequence) - 1) if allowed(sequence[i] + sequence[i + 1])), None)
@@ -102,7 +104,7 @@ def _build(state: dict[str, Any], piece: str, produced: list[str], allowed: Call
         pair = (sequence[index], sequence[index + 1])
         joined = pair[0] + pair[1]
         if joined not in vocab:
-            vocab[joined] = next_id(state)
+            vocab[joined] = next(ids)
         if pair not in known:
             merges.append(list(pair))
             known.add(pair)
