@@ -98,6 +98,8 @@ def _arguments(work, steps, seed) -> TrainingArguments:
 ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Trainer with cross-entropy)
     "control": ("original", None),
     "cross-entropy": ("adapted", None),
+    "cross-entropy, all rows": ("adapted, all rows", None),
+    "cross-entropy, 4k tokenizer": ("adapted, 4k", None),
     "default": ("adapted", DistillationWeights()),
     "teacher everywhere": ("adapted", DistillationWeights(teacher_share=1, gate=False, adaptive_share=False)),
     "default without hidden": ("adapted", DistillationWeights(hidden=0)),
@@ -124,16 +126,18 @@ def train_arm(setting, arm, steps, seed) -> dict:
     model = copy.deepcopy(setting["base"])
     tokenizer = setting["source"]
     if kind != "original":
-        kept = {} if kind == "adapted" else {"keep_source_segmentation": True, "source_texts": setting["english_train"]}
-        tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=setting["source"],
-                                            **kept)
+        kept = {"keep_source_segmentation": True, "source_texts": setting["english_train"]} if kind == "English kept" \
+            else {}
+        tokenizer = model.extend_vocabulary(_new_tokenizer(setting, kind), method="subword",
+                                            source_tokenizer=setting["source"], **kept)
     if kind not in setting["start"]:  # extending is deterministic: every arm of a kind starts from one score
         with eval_mode(model):
             setting["start"][kind] = bits_per_byte(model, tokenizer, setting["held_out"])
     start = setting["start"][kind]
     texts = [{"text": text} for text in training_texts(setting["train"], tokenizer, BATCH * max(steps), seed)]
     checkpoints, logged = Checkpoints(model, tokenizer, setting["held_out"], steps), Logged()
-    callbacks = [vocabshift.EmbeddingOnlyCallback(rows="all" if kind == "original" else "new"), checkpoints, logged]
+    rows = "all" if kind in ("original", "adapted, all rows") else "new"
+    callbacks = [vocabshift.EmbeddingOnlyCallback(rows=rows), checkpoints, logged]
     with tempfile.TemporaryDirectory() as work:
         args = _arguments(work, max(steps), seed)
         if weights is None:
@@ -151,7 +155,16 @@ def train_arm(setting, arm, steps, seed) -> dict:
     return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
             "elapsed": [(0, 0.0), *checkpoints.elapsed], "english": english,
             "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
-            "teacher": logged.entries, "teacher_dtype": dtype}
+            "teacher": logged.entries, "teacher_dtype": dtype, "new_tokens": len(tokenizer) - len(setting["source"])}
+
+
+def _new_tokenizer(setting, kind):
+    """The language's 16k tokenizer, or its 4k one for the `adapted, 4k` arms (trained on first use, then cached)."""
+    if kind != "adapted, 4k":
+        return setting["new"]
+    if "small" not in setting:
+        setting["small"] = target_tokenizer(setting["source"], setting["language"], vocab_size=4000, held_out=HELD_OUT)
+    return setting["small"]
 
 
 def training_texts(lines, tokenizer, count, seed) -> list[str]:
@@ -270,13 +283,14 @@ def _curve_table(results, original) -> list[str]:
 
 def _cost_table(results, original) -> list[str]:
     ce = results.get("cross-entropy", {}).get("0")
-    lines = ["| arm | seconds per step | x cross-entropy | MB of text per 1,000 steps | English after training | "
-             "x the original's |", "|---|---|---|---|---|---|"]
+    lines = ["| arm | new tokens | seconds per step | x cross-entropy | MB of text per 1,000 steps | "
+             "English after training | x the original's |", "|---|---|---|---|---|---|---|"]
     for arm, runs in results.items():
         run = runs["0"]
         ratio = f"{run['seconds_per_step'] / ce['seconds_per_step']:.2f}x" if ce else "-"
-        lines.append(f"| {arm} | {run['seconds_per_step']:.2f} | {ratio} | {run['bytes_per_step'] / 1e3:.2f} | "
-                     f"{run['english']:.4f} | {run['english'] / original['english']:.4f} |")
+        added = f"{run['new_tokens']:,}" if "new_tokens" in run else "-"  # runs kept from before: not recorded
+        lines.append(f"| {arm} | {added} | {run['seconds_per_step']:.2f} | {ratio} | {run['bytes_per_step'] / 1e3:.2f} "
+                     f"| {run['english']:.4f} | {run['english'] / original['english']:.4f} |")
     return lines + ["", f"The original model's English: {original['english']:.4f} bits per byte (200 held-out lines)."]
 
 
@@ -305,11 +319,12 @@ def _teacher_table(results) -> list[str]:
     for arm, runs in results.items():
         entries = runs["0"].get("teacher") or []
         if entries:
-            lines += [f"`{arm}`: the teacher's share of the sequences, its running lead on the next piece (nats) and "
-                      "the share of chunks it won, by logged step:", "", "| step | share | lead | wins |",
-                      "|---|---|---|---|"]
-            lines += [f"| {e['step']} | {e.get('teacher_share', 0):.3f} | {e.get('teacher_lead', float('nan')):.3f} | "
-                      f"{e.get('teacher_wins', float('nan')):.3f} |" for e in entries]
+            lines += [f"`{arm}`: the teacher's share of the sequences, its lead on the next piece (nats), the share "
+                      "of chunks it won, and its lead on the whole text (share of the student's loss; runs from "
+                      "before it was measured: -), means over the logged steps:", "",
+                      "| step | share | lead | wins | text lead |", "|---|---|---|---|---|"]
+            lines += [f"| {e['step']} | {e.get('teacher_share', 0):.3f} | {_f(e.get('teacher_lead'))} | "
+                      f"{_f(e.get('teacher_wins'))} | {_f(e.get('teacher_text_lead'))} |" for e in entries]
             lines.append("")
     return lines
 
