@@ -68,7 +68,8 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=texts, processing_class=tokenizer,
                                   teacher_tokenizer=source, max_length=32,
                                   weights=DistillationWeights(hidden=1, chunk=1, next_piece=1, piece_tree=1,
-                                                              next_token=1, teacher_share=1, gate=False),
+                                                              next_token=1, teacher_share=1, gate=False,
+                                                              adaptive_share=False),
                                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
     trainer.train()
     old = torch.ones(model.config.vocab_size, dtype=torch.bool)
@@ -85,7 +86,7 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     chosen = "bfloat16" if native_bf16(torch.device("cpu")) else None  # teacher_dtype="auto", the default
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
                                 "next_token": 1, "layer": -1, "teacher_share": 1, "gate": False,
-                                "adaptive_share": True, "source": 0.0, "teacher_dtype": chosen,
+                                "adaptive_share": False, "source": 0.0, "teacher_dtype": chosen,
                                 "source_read": False}
     card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny").text
     whole = f'"source": 0.0, "teacher_dtype": {json.dumps(chosen)}, "source_read": false}}'  # the objective's end
@@ -177,6 +178,21 @@ def test_adaptive_share_follows_the_teacher_lead():
     fixed = TeacherSchedule(DistillationWeights(teacher_share=0.5, adaptive_share=False))
     fixed.update(-1.0)
     assert fixed.share == 0.5
+
+
+def test_adaptive_share_drops_to_the_floor_once_the_student_models_the_text_better():
+    """Whatever the next-piece lead, a running text lead at or below 0 leaves a sixteenth of the share, and the
+    share comes back when the teacher's text lead does."""
+    schedule = TeacherSchedule(DistillationWeights(teacher_share=0.5))
+    schedule.update(2.0, 0.2)
+    assert schedule.share == 0.5 and schedule.text_lead == pytest.approx(0.2)
+    schedule.update(2.0, -1.0)  # the running mean moves a tenth of the way: 0.9 * 0.2 - 0.1
+    assert schedule.text_lead == pytest.approx(0.08) and schedule.share == 0.5
+    schedule.update(None, -3.0)
+    assert schedule.text_lead < 0 and schedule.share == pytest.approx(0.5 / 16) and schedule.lead == 2.0
+    for _ in range(30):
+        schedule.update(2.0, 1.0)
+    assert schedule.text_lead > 0 and schedule.share == 0.5
 
 
 def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, ru_lines):

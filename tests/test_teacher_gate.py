@@ -12,7 +12,7 @@ import torch
 import vocabshift
 from conftest import make_model
 from vocabshift.training.distill_data import DistillationCollator
-from vocabshift.training.distill_losses import first_piece_probs, teacher_gate
+from vocabshift.training.distill_losses import first_piece_probs, teacher_gate, text_nll
 from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from vocabshift.training.pieces import first_pieces, piece_tree
 from vocabshift.training.teacher import Teacher
@@ -92,3 +92,32 @@ def test_the_gate_reports_the_share_of_chunks_the_teacher_won(setup):
     parts = distillation_loss(model, teacher_targets(teacher, batch, ungated, tree=tree), batch, ungated,
                               first_pieces=pieces, tree=tree)[1]
     assert "teacher_wins" not in parts and "teacher_lead" not in parts
+
+
+def test_the_text_lead_compares_both_losses_on_the_same_text(setup):
+    """`teacher_text_lead` is (student loss - teacher loss) / student loss, each summed over the tokens after the
+    first of the same sequences: the student's with the new tokenization, the teacher's over the old vocabulary
+    with the old one; computed a few positions at a time, the sums are the same."""
+    model, teacher, batch, pieces, tree = setup
+    old_rows = vocabshift.get_record(model).old_vocab_size
+
+    def summed(ids, mask, rows):
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits[..., :rows].float()
+        nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+        return (nll * mask[:, 1:]).sum()
+
+    student = summed(batch["input_ids"], batch["attention_mask"], None)
+    expected = summed(batch["teacher_input_ids"], batch["teacher_attention_mask"], old_rows)
+    weights = DistillationWeights(teacher_share=1)
+    targets = teacher_targets(teacher, batch, weights, tree=tree)
+    assert targets.text_nll.sum().item() == pytest.approx(expected.item(), rel=1e-5)
+    parts = distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree)[1]
+    assert parts["teacher_text_lead"] == pytest.approx(((student - expected) / student).item(), rel=1e-4)
+    with torch.no_grad():
+        states = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    whole, blocks = (text_nll(lambda s: s, states, batch["input_ids"], batch["attention_mask"], rows=rows)
+                     for rows in (1024, 5))
+    assert torch.allclose(whole, blocks) and whole.sum().item() == pytest.approx(student.item(), rel=1e-5)
+    fixed = DistillationWeights(teacher_share=1, adaptive_share=False)
+    assert teacher_targets(teacher, batch, fixed, tree=tree).text_nll is None

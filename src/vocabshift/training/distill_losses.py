@@ -25,6 +25,8 @@ then equal the loss of the whole batch on one process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +43,7 @@ __all__ = [
     "next_token_loss",
     "piece_tree_loss",
     "teacher_gate",
+    "text_nll",
     "token_log_probs",
 ]
 
@@ -168,6 +171,20 @@ def piece_tree_loss(student_logits: torch.Tensor, index: torch.Tensor, nodes: to
     kl = (torch.xlogy(teacher, teacher) - teacher * student.clamp(min=1e-30).log()).sum(-1)
     per_chunk = kl.new_zeros(has_next.shape).index_put((row, chunk), kl, accumulate=True)
     return _sequence_mean(per_chunk, has_next, weights)
+
+
+def text_nll(logits_of: Callable[[torch.Tensor], torch.Tensor], states: torch.Tensor, ids: torch.Tensor,
+             mask: torch.Tensor, *, rows: int = 1024) -> torch.Tensor:
+    """`(batch,)`: each sequence's negative log likelihood of its tokens after the first (nats, summed), from the
+    states at the positions before them (`logits_of` turns states into logits; pass logits with the identity).
+    `rows` positions at a time: the logits of a long batch over a large vocabulary are never all in memory."""
+    sequence, position = (mask[:, 1:] > 0).nonzero(as_tuple=True)
+    total = torch.zeros(len(ids), dtype=torch.float32, device=ids.device)
+    for start in range(0, len(sequence), rows):
+        at, where = sequence[start: start + rows], position[start: start + rows]
+        nll = F.cross_entropy(logits_of(states[at, where]).float(), ids[at, where + 1], reduction="none")
+        total.index_add_(0, at, nll)
+    return total
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

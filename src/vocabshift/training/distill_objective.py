@@ -23,6 +23,7 @@ from .distill_losses import (
     next_token_loss,
     piece_tree_loss,
     teacher_gate,
+    text_nll,
     token_log_probs,
 )
 from .pieces import PieceTree, first_pieces
@@ -60,7 +61,8 @@ class DistillationWeights:
         gate (`bool`): count the teacher objectives only after chunks where the teacher gives the next piece a
             higher probability than the student does (`teacher_gate`).
         adaptive_share (`bool`): the teacher reads fewer sequences, and its objectives weigh less, as the student
-            closes the teacher's lead on the next piece (`TeacherSchedule`).
+            closes the teacher's lead on the next piece, and almost none once the student models the whole text
+            better than the teacher (`TeacherSchedule`).
         source (`float`): the student's next-token loss on one sequence of source-language text per step, read at
             the output head only (`source_replay.py`): keeps new tokens from taking the source language's
             probability. Used by `DistillationTrainer`; off (0) by default.
@@ -129,7 +131,7 @@ class TeacherTargets:
     """What the student is compared with, per chunk (`None` when the weights do not use it): the teacher's hidden
     states after each chunk, its log probability of each chunk, its next-token log probabilities there, and the
     splits of the piece tree along each next chunk (`piece_tree_loss`: where, which node, the teacher's log
-    probabilities of its child pieces)."""
+    probabilities of its child pieces), and with `adaptive_share` its loss on each whole sequence (`text_nll`)."""
 
     hidden: torch.Tensor | None = None
     chunk_logps: torch.Tensor | None = None
@@ -138,6 +140,7 @@ class TeacherTargets:
     tree_nodes: torch.Tensor | None = None
     tree_logps: torch.Tensor | None = None
     piece_logps: torch.Tensor | None = None
+    text_nll: torch.Tensor | None = None
 
 
 def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
@@ -170,6 +173,9 @@ def teacher_targets(teacher: Teacher, batch: dict[str, torch.Tensor], weights: D
     if weights.gate:
         logps = targets["next_logps"] if weights.next_piece else targets.pop("next_logps")
         targets["piece_logps"] = logps.gather(-1, next_pieces(batch)[..., None]).squeeze(-1)
+    if weights.adaptive_share:
+        targets["text_nll"] = text_nll(teacher.logits, last, batch["teacher_input_ids"],
+                                       batch["teacher_attention_mask"])
     return TeacherTargets(**targets)
 
 
@@ -248,10 +254,12 @@ def distillation_loss(
     (a `TeacherSchedule`'s), so that over a stream it weighs as if the teacher read that share of every batch; when
     it read none, only `next_token` scores the batch. With the gate, the values also hold `teacher_wins` (the share
     of the judged chunks it won) and `teacher_lead` (the mean log probability it gave the next piece above the
-    student's, nats).
+    student's, nats); with `adaptive_share`, `teacher_text_lead` (the share of the student's loss on the whole text
+    that the teacher's is below it, negative once the student models the text better).
     """
     gated = weights.gate and weights.uses_teacher
-    needs_logits = weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree or gated
+    needs_logits = (weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree or gated
+                    or targets.text_nll is not None)
     if weights.piece_tree and tree is None:
         raise InvalidArgumentError("distillation_loss: the piece_tree objective needs tree=piece_tree(record, rows); "
                                    "pass it, or set DistillationWeights(piece_tree=0).")
@@ -263,14 +271,26 @@ def distillation_loss(
                 output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
     size = len(batch["input_ids"])
     read = 0 if not weights.uses_teacher else size if count is None else min(count, size)
-    parts, judged = _teacher_objectives(out, targets, teacher_part(batch, read), weights, first_pieces,
-                                        tree) if read else ({}, {})
+    parts: dict[str, torch.Tensor] = {}
+    judged: dict[str, float] = {}
+    if read:
+        part = teacher_part(batch, read)
+        parts, judged = _teacher_objectives(out, targets, part, weights, first_pieces, tree)
+        if targets.text_nll is not None:
+            judged["teacher_text_lead"] = _text_lead(out.logits[:read].detach(), part, targets.text_nll)
     scale = 1.0 if count is None else read / (weights.teacher_share * size)
     if weights.next_token:
         parts["next_token"] = next_token_loss(out.logits, batch["labels"])
     loss = sum(getattr(weights, name) * value * (1 if name == "next_token" else scale)
                for name, value in parts.items())
     return loss, {**{name: value.item() for name, value in parts.items()}, **judged}
+
+
+def _text_lead(logits: torch.Tensor, part: dict[str, torch.Tensor], teacher: torch.Tensor) -> float:
+    """How far the teacher's loss on the read sequences' whole text is below the student's, as a share of the
+    student's (both sides hold the same text: the collator cuts them at one boundary)."""
+    student = text_nll(lambda scores: scores, logits, part["input_ids"], part["attention_mask"])
+    return ((student - teacher).sum() / student.sum().clamp(min=1e-30)).item()
 
 
 def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch.Tensor],

@@ -134,27 +134,30 @@ class DistillationTrainer(Trainer):
         if self.source is not None:
             source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
             loss, parts["source"] = loss + self.weights.source * source, source.item()
-        self.schedule.update(self._shared_lead(parts.get("teacher_lead")))
+        self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)
         if return_outputs:
             raise InvalidArgumentError("DistillationTrainer does not return model outputs (no evaluation loop).")
         return loss
 
-    def _shared_lead(self, lead: float | None) -> float | None:
-        """The teacher's lead averaged over the processes, so that every process's schedule has its teacher read
-        the same number of sequences (a sharded model's forward is a collective that all of them must join)."""
+    def _shared_leads(self, *leads: float | None) -> list[float | None]:
+        """Each of the teacher's leads averaged over the processes that measured it, so that every process's
+        schedule has its teacher read the same number of sequences (a sharded model's forward is a collective that
+        all of them must join)."""
         if self.args.world_size <= 1:
-            return lead
-        known = lead is not None and not math.isnan(lead)
-        total = torch.tensor([lead if known else 0.0, float(known)], device=self.args.device, dtype=torch.float32)
+            return list(leads)
+        known = [lead is not None and not math.isnan(lead) for lead in leads]
+        values = [lead if lead is not None and ok else 0.0 for lead, ok in zip(leads, known)]
+        total = torch.tensor([*values, *map(float, known)], device=self.args.device, dtype=torch.float32)
         torch.distributed.all_reduce(total)
-        return (total[0] / total[1]).item() if total[1] > 0 else None
+        sums, counts = total[: len(leads)].tolist(), total[len(leads):].tolist()
+        return [value / count if count > 0 else None for value, count in zip(sums, counts)]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add each objective's mean since the last log (`distill/hidden`, ...), and with the gate the teacher's
-        wins, lead and share (`distill/teacher_wins`, `distill/teacher_lead`, `distill/teacher_share`), to the
-        training logs."""
+        wins, leads and share (`distill/teacher_wins`, `distill/teacher_lead`, `distill/teacher_text_lead`,
+        `distill/teacher_share`), to the training logs."""
         if "loss" in logs:
             logs.update({f"distill/{name}": sum(v) / len(v) for name, v in self._parts.items() if v})
             self._parts.clear()

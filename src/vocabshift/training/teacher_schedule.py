@@ -3,11 +3,14 @@
 The teacher's forward is most of what distillation adds to a step, and what it teaches is worth most while it
 predicts the text better than the student. `TeacherSchedule` has it read `teacher_share` of the sequences a process
 trains on, counted over the stream (the first ones of a batch: a quarter reads one sequence of each batch of 4, or
-every fourth batch of one). With `adaptive_share` that share follows the teacher's lead: the running mean of how
-much more log probability it gives the next piece than the student does (`teacher_lead`), as a fraction of the
-largest that mean has been. Where the student soon predicts as well as the teacher (a language the original model
-is weak in), the teacher reads ever fewer sequences and its objectives weigh less; where it keeps its lead, it
-keeps reading. Below zero, a sixteenth of the share still reads, so that the lead stays measured.
+every fourth batch of one). With `adaptive_share` that share follows two running measures of the teacher on the
+sequences it reads. Its lead on the next piece (`teacher_lead`: how much more log probability it gives the first old
+piece of the next chunk than the student does) sets the share as a fraction of the largest that lead has been. Its
+lead on the whole text (`teacher_text_lead`: how far its loss on the sequence is below the student's) decides whether
+it still teaches at all: once the student models the text better (a language the original model is weak in, soon
+after the start), the teacher reads only a sixteenth of the share, enough to keep both measured, so that the
+student trains as fast per second as with plain cross-entropy. The next-piece lead alone does not see this: the
+teacher can still win most next pieces of a text the student already models better as a whole.
 """
 
 from __future__ import annotations
@@ -41,13 +44,19 @@ class TeacherSchedule:
         self.credit = 0.0  # sequences the teacher should have read so far (share × sequences, summed)
         self.lead: float | None = None
         self.best_lead: float | None = None
+        self.text_lead: float | None = None
 
     @property
     def share(self) -> float:
         """The share of the sequences the teacher reads now."""
-        if not self.weights.adaptive_share or self.lead is None or self.best_lead is None or self.best_lead <= 0:
-            return self.weights.teacher_share
-        return self.weights.teacher_share * min(1.0, max(_FLOOR, self.lead / self.best_lead))
+        share = self.weights.teacher_share
+        if not self.weights.adaptive_share:
+            return share
+        if self.text_lead is not None and self.text_lead <= 0:  # the student models the text better
+            return share * _FLOOR
+        if self.lead is None or self.best_lead is None or self.best_lead <= 0:
+            return share
+        return share * min(1.0, max(_FLOOR, self.lead / self.best_lead))
 
     def count(self, batch_size: int) -> int:
         """How many of the next batch's first sequences the teacher reads: the whole numbers its credit passes."""
@@ -56,12 +65,20 @@ class TeacherSchedule:
         before, self.credit = self.credit, self.credit + self.share * batch_size
         return _passed(self.credit) - _passed(before)
 
-    def update(self, lead: float | None) -> None:
-        """Take the lead the teacher had on the sequences it just read (`distillation_loss`'s `teacher_lead`)."""
-        if lead is None or math.isnan(lead):
-            return
-        self.lead = lead if self.lead is None else (1 - _SMOOTHING) * self.lead + _SMOOTHING * lead
-        self.best_lead = self.lead if self.best_lead is None else max(self.best_lead, self.lead)
+    def update(self, lead: float | None, text_lead: float | None = None) -> None:
+        """Take the leads the teacher had on the sequences it just read (`distillation_loss`'s `teacher_lead` and
+        `teacher_text_lead`; `None` where not measured)."""
+        self.text_lead = _running(self.text_lead, text_lead)
+        self.lead = _running(self.lead, lead)
+        if self.lead is not None:
+            self.best_lead = self.lead if self.best_lead is None else max(self.best_lead, self.lead)
+
+
+def _running(mean: float | None, value: float | None) -> float | None:
+    """The running mean `mean` moved toward `value` (kept as it is when `value` is missing)."""
+    if value is None or math.isnan(value):
+        return mean
+    return value if mean is None else (1 - _SMOOTHING) * mean + _SMOOTHING * value
 
 
 def _passed(credit: float) -> int:
