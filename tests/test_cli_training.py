@@ -26,11 +26,13 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "extended")
     before = model.get_input_embeddings().weight.detach().clone()
     result = run("train", str(tmp_path / "extended"), _texts(tmp_path / "train.txt.xz", ru_lines[:400]),
-                 str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32")
+                 str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32",
+                 "--objective", "next_token")
     assert "3 embedding-only steps" in result.stdout
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "trained")
     record = vocabshift.get_record(trained)
     assert record.cpt[-1]["steps"] == 3 and (tmp_path / "trained" / "cpt_loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert record.cpt[-1]["objective"] == {"name": "next_token"}
     after, new_ids = trained.get_input_embeddings().weight, torch.tensor(record.new_ids)
     old = torch.ones(len(before), dtype=torch.bool)
     old[new_ids] = False
@@ -51,7 +53,7 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
     source.save_pretrained(tmp_path / "source")
     texts = _texts(tmp_path / "train.txt.xz", ru_lines[:400])
     result = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "trained"), "--max-steps", "2",
-                 "--batch-size", "2", "--context-length", "32", "--objective", "distillation",
+                 "--batch-size", "2", "--context-length", "32",  # auto: extend mode, new rows -> distillation
                  "--teacher-tokenizer", str(tmp_path / "source"), "--teacher-share", "0.5",
                  "--teacher-dtype", "bfloat16", "--source-weight", "0.5",
                  "--source-texts", _texts(tmp_path / "en.txt.xz", en_lines[:50]))
@@ -60,6 +62,10 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
     assert cpt["objective"]["name"] == "distillation" and cpt["objective"]["teacher_share"] == 0.5
     assert cpt["objective"]["teacher_dtype"] == "bfloat16" and cpt["objective"]["source"] == 0.5
     assert cpt["steps"] == 2
+    run("train", str(tmp_path / "extended"), texts, str(tmp_path / "all"), "--max-steps", "1", "--batch-size", "2",
+        "--context-length", "32", "--rows", "all")  # auto: the old rows train, no teacher at hand -> cross-entropy
+    all_rows = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "all")).cpt[-1]
+    assert all_rows["objective"] == {"name": "next_token"}
     wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
                 "--teacher-tokenizer", str(tmp_path / "extended"), check=False)
     assert wrong.returncode == 1 and "is not the tokenizer the model was extended from" in wrong.stderr

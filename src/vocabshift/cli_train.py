@@ -42,9 +42,10 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
     arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="peak AdamW learning rate (default: 1e-3)"),
     arg("--weight-decay", type=NON_NEGATIVE_RATE, default=0.0, help="AdamW weight decay (default: 0)"),
     arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of the data order and of dropout (default: 0)"),
-    arg("--objective", default="next_token", choices=("next_token", "distillation"),
-        help="next_token: plain cross-entropy (default); distillation: learn from the original model on the same "
-             "text (DistillationTrainer)"),
+    arg("--objective", default="auto", choices=("auto", "next_token", "distillation"),
+        help="next_token: plain cross-entropy; distillation: learn from the original model on the same text "
+             "(DistillationTrainer); auto (default): distillation where the model itself can be the teacher (extend "
+             "mode, --rows new) or --teacher-model is given, next_token otherwise"),
     arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
     arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
     arg("--teacher-share", type=SHARE, default=DistillationWeights().teacher_share,
@@ -83,7 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
     callbacks = [EmbeddingOnlyCallback(rows=args.rows)]
-    if args.objective == "next_token":
+    if _objective(args, model) == "next_token":
         blocks = pack_blocks(tokenizer, texts, args.context_length)
         dataset = [{"input_ids": block, "labels": block} for block in blocks]
         return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
@@ -102,6 +103,17 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
                                teacher_dtype=_teacher_dtype(args.teacher_dtype), source_texts=source,
                                weights=DistillationWeights(teacher_share=args.teacher_share, source=args.source_weight),
                                callbacks=callbacks)
+
+
+def _objective(args: argparse.Namespace, model: Model) -> str:
+    """`--objective`, with `auto` resolved: distillation where a teacher is at hand without loading anything but
+    the original tokenizer (the model itself, fed the old ids, when only new rows train in extend mode), or where
+    `--teacher-model` gives one; cross-entropy otherwise. Distillation is ahead per step and even or ahead per second
+    within the first hundred steps in every language measured (README, benchmarks/bench_languages.py)."""
+    if args.objective != "auto":
+        return str(args.objective)
+    own_teacher = args.rows == "new" and get_record(model).mode == "extend"
+    return "distillation" if own_teacher or args.teacher_model else "next_token"
 
 
 def _teacher_dtype(name: str) -> torch.dtype | Literal["auto"] | None:
