@@ -120,8 +120,9 @@ class Logged(TrainerCallback):
             self.entries.append({"step": state.global_step, **figures})
 
 
-def train_arm(setting, arm, steps, seed) -> dict:
-    """One arm from its own copy of the original model: its curve, seconds per step, English, bytes read."""
+def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
+    """One arm from its own copy of the original model: its curve, seconds per step, English, bytes read (and with
+    `keep_model` the trained model and its tokenizer)."""
     kind, weights = ARMS[arm]
     model = copy.deepcopy(setting["base"])
     tokenizer = setting["source"]
@@ -155,7 +156,8 @@ def train_arm(setting, arm, steps, seed) -> dict:
     return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
             "elapsed": [(0, 0.0), *checkpoints.elapsed], "english": english,
             "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
-            "teacher": logged.entries, "teacher_dtype": dtype, "new_tokens": len(tokenizer) - len(setting["source"])}
+            "teacher": logged.entries, "teacher_dtype": dtype, "new_tokens": len(tokenizer) - len(setting["source"]),
+            **({"model": model, "tokenizer": tokenizer} if keep_model else {})}
 
 
 def _new_tokenizer(setting, kind):
