@@ -114,3 +114,23 @@ def test_push_of_a_truncated_shard(folders, tmp_path, capsys, loopback_hub):
     code, err = _run(["push", folder, "loopback-user/x"], capsys)
     assert code == 1 and f"error: '{folder / 'model.safetensors'}' is not a valid safetensors file" in err, err
     assert loopback_hub.requests == []
+
+
+def _contents(folder):
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("command", [["extend", "{model}", "{tokenizer}", "{out}"], ["train", "{model}", "{texts}",
+                                                                                      "{out}"]])
+@pytest.mark.parametrize("output", ["model", "parent"])
+def test_the_input_folder_as_output_is_refused(folders, tokenizers_ru, tmp_path, capsys, command, output):
+    """`vocabshift extend MODEL NEW MODEL` replaced the original model folder and exited 0."""
+    tokenizers_ru["sentencepiece"].save_pretrained(tmp_path / "ru")
+    model = folders / "model"
+    out = model if output == "model" else folders
+    before = _contents(model)
+    argv = [w.format(model=model, tokenizer=tmp_path / "ru", texts=folders / "texts.txt", out=out) for w in command]
+    code, err = _run(argv, capsys)
+    holds = "the folder of" if output == "model" else "a folder holding"
+    assert code == 1 and f"error: output_dir='{out}' is {holds} the input model='{model}'" in err, err
+    assert _contents(model) == before

@@ -11,6 +11,7 @@ from transformers import TrainingArguments
 
 import vocabshift
 from conftest import make_model
+from vocabshift import errors
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training.distill_data import DistillationCollator, pack_texts
 from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
@@ -98,6 +99,35 @@ def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, token
     with pytest.raises(TrainingSetupError, match="needs EmbeddingOnlyCallback"):
         DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=ru_lines[:8],
                             processing_class=tokenizer, teacher_tokenizer=source)
+
+
+@pytest.mark.parametrize(("student", "teacher", "error", "match"), [
+    ("source", "source", "TokenizerMismatchError", "processing_class is not .* but the original tokenizer"),
+    ("tokenizer", "tokenizer", "TokenizerMismatchError", "teacher_tokenizer is not .* but the extended tokenizer"),
+    ("tokenizer", "other", "TokenizerMismatchError", r"teacher_tokenizer is not the tokenizer the model was extended"),
+    ("tokenizer", None, "InvalidTokenizerError", "teacher_tokenizer is a NoneType"),
+    ("tokenizer", "nowhere/", "TokenizerLoadError", "teacher_tokenizer"),
+    (42, "source", "InvalidTokenizerError", "processing_class is a int"),
+])
+def test_tokenizers_that_do_not_fit_the_record_are_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, student,
+                                                             teacher, error, match):
+    """Swapped tokenizers trained without a word (no teacher signal, or new rows that never see a token)."""
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    given = {"source": source, "tokenizer": tokenizer, "other": tokenizers_en["sentencepiece"]}
+    with pytest.raises(getattr(errors, error), match=match):
+        DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=ru_lines[:8],
+                            processing_class=given.get(student, student), teacher_tokenizer=given.get(teacher, teacher),
+                            callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+
+
+def test_tokenizers_given_as_folders(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    tokenizer.save_pretrained(tmp_path / "student")
+    source.save_pretrained(tmp_path / "teacher")
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
+                                  processing_class=str(tmp_path / "student"), teacher_tokenizer=tmp_path / "teacher",
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
 
 
 def test_replace_mode_after_reload_needs_a_teacher_model(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 import vocabshift
-from conftest import make_model
+from conftest import make_model, make_tokenizer
 from vocabshift import errors, registry
 from vocabshift.methods import InitResult
 
@@ -29,7 +29,7 @@ def _assert_unchanged(model, snapshot):
     weights, config = snapshot
     after = model.state_dict()
     assert after.keys() == weights.keys()
-    assert all(torch.equal(after[k], v) for k, v in weights.items())
+    assert all(torch.allclose(after[k], v, rtol=0, atol=0, equal_nan=True) for k, v in weights.items())  # NaN: equal
     assert model.config.to_dict() == config
 
 
@@ -63,6 +63,24 @@ def test_source_tokenizer_other_than_the_one_of_the_last_extension(setup):
     model.extend_vocabulary(new, source_tokenizer=source)
     _refused(model, errors.TokenizerMismatchError, "not the tokenizer returned by the model's last", new,
              source_tokenizer=source)
+
+
+def test_second_extension_from_a_folder_names_the_returned_tokenizer(setup, ru_lines, tmp_path):
+    """The default source tokenizer (the model folder's original one) misses the new rows: the error must name the
+    tokenizer the first call returned, never advise shrinking the rows (which would delete the new ones)."""
+    model, source, new = setup
+    model.save_pretrained(tmp_path / "original")
+    source.save_pretrained(tmp_path / "original")
+    model = type(model).from_pretrained(tmp_path / "original")
+    first = model.extend_vocabulary(new)
+    larger = make_tokenizer("bytelevel", ru_lines, 1400)
+    snapshot = _snapshot(model)
+    with pytest.raises(errors.TokenizerMismatchError, match="not the tokenizer returned by the model's last") as info:
+        model.extend_vocabulary(larger)
+    assert "resize" not in str(info.value) and "source_tokenizer" in str(info.value)
+    _assert_unchanged(model, snapshot)
+    second = model.extend_vocabulary(larger, source_tokenizer=first)
+    assert len(second) > len(first)
 
 
 def test_unknown_method(setup):
@@ -189,6 +207,15 @@ def test_method_returning_non_finite_rows(setup, monkeypatch):
     monkeypatch.setitem(registry._METHODS, "broken", spec)
     _refused(model, errors.MethodResultError, "Method 'broken' returned input_rows that are not a finite", new,
              method="broken", source_tokenizer=source)
+
+
+def test_non_finite_rows_of_the_model_are_named(setup):
+    """A NaN in the model's own rows is the model's fault, not the method's: the error names the rows."""
+    model, source, new = setup
+    with torch.no_grad():
+        model.get_input_embeddings().weight[[7, 300]] = float("nan")
+    _refused(model, errors.NonFiniteWeightsError, r"own input embedding rows \[7, 300\] \(2 in all; tokens", new,
+             method="mean", source_tokenizer=source)
 
 
 def test_untied_head_of_another_shape(tokenizers_en, tokenizers_ru):

@@ -23,7 +23,7 @@ import transformers
 from huggingface_hub.errors import HfHubHTTPError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
-from .cli_common import SUBCOMMANDS, arg, load_model, model_tokenizer, subcommand
+from .cli_common import SUBCOMMANDS, arg, load_model, model_tokenizer, refuse_input_as_output, subcommand
 from .cli_types import NON_NEGATIVE_INT, POSITIVE_INT, branch, repo_id, shard_size
 from .corpus import read_texts
 from .errors import VocabShiftError
@@ -95,6 +95,8 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
         help="leave out new tokens that change how the source-language lines are cut (same-script targets)"),
 )
 def cmd_extend(args: argparse.Namespace) -> int:
+    refuse_input_as_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
+                           source_tokenizer=args.source_tokenizer, source_texts=args.source_texts)
     source_texts = read_texts(args.source_texts) if args.source_texts else None
     model = load_model(args.model)
     tokenizer = model.extend_vocabulary(args.new_tokenizer, method=args.method, mode=args.mode,

@@ -18,7 +18,7 @@ from .errors import InvalidArgumentError, ModelFolderError
 from .hub.push import check_repo_id
 from .vocab.load import load_tokenizer
 
-__all__ = ["SUBCOMMANDS", "Argument", "arg", "load_model", "model_tokenizer", "subcommand"]
+__all__ = ["SUBCOMMANDS", "Argument", "arg", "load_model", "model_tokenizer", "refuse_input_as_output", "subcommand"]
 
 Argument = tuple[tuple[str, ...], dict[str, Any]]
 Command = Callable[[argparse.Namespace], int]
@@ -65,6 +65,23 @@ def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
     """
     _check_model_path(path, argument)
     return load_tokenizer(path, argument=f"the tokenizer of {argument}")
+
+
+def refuse_input_as_output(output: str, **inputs: str | None) -> None:
+    """Inputs are never written: refuse an output folder that is an input folder or holds one (it is replaced as a
+    whole).
+
+    Raises:
+        `InvalidArgumentError`: naming the input, before anything is loaded.
+    """
+    target = Path(output).resolve()
+    for name, value in inputs.items():
+        if value is not None and Path(value).exists() and Path(value).resolve().is_relative_to(target):
+            raise InvalidArgumentError(
+                f"output_dir={output!r} is {'the folder of' if Path(value).resolve() == target else 'a folder holding'}"
+                f" the input {name}={value!r}; the output folder is replaced as a whole, and vocabshift never "
+                "modifies its inputs. Pass another output folder."
+            )
 
 
 def _check_model_path(path: str, argument: str) -> None:

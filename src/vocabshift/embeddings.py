@@ -178,6 +178,14 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
     Raises:
         `TokenizerMismatchError`: naming `argument`.
     """
+    record = find_record(model)
+    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256:
+        raise TokenizerMismatchError(
+            f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call (it has "
+            f"{len(tokenizer)} tokens, that one {record.new_vocab_size}, fingerprint {record.tokenizer_sha256[:12]}"
+            f"...; the model carries the record of that call): pass that tokenizer as {argument} (the one "
+            "extend_vocabulary returned, or saved next to the extended model)."
+        )
     beyond = sorted(token for token, index in tokenizer.get_vocab().items() if index >= num_rows)
     if not set(beyond) <= set(tokenizer.all_special_tokens):
         raise TokenizerMismatchError(
@@ -190,14 +198,7 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
             f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {num_rows} embedding rows: "
             f"{num_rows - len(tokenizer)} rows would have no token, more than padding explains, so it is not this "
             "model's tokenizer (new tokens would overwrite rows of the model's own tokens). Pass the tokenizer the "
-            "model was trained with; if those rows really are unused padding, shrink them first with "
-            "model.resize_token_embeddings(len(tokenizer))."
-        )
-    record = find_record(model)
-    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256:
-        raise TokenizerMismatchError(
-            f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call "
-            f"(fingerprint {record.tokenizer_sha256[:12]}...): pass that tokenizer."
+            "model was trained with (the one saved next to its weights, which has a token for each of those rows)."
         )
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "MethodResultError",
     "ModelFolderError",
     "NoNewTokensError",
+    "NonFiniteWeightsError",
     "OutputExistsError",
     "RecordError",
     "ShardError",
@@ -85,6 +86,10 @@ class MethodResultError(VocabShiftError, RuntimeError):
 
 class UnsupportedModelError(VocabShiftError, TypeError):
     """The model has no input embeddings, or embeddings vocabshift cannot resize."""
+
+
+class NonFiniteWeightsError(VocabShiftError, ValueError):
+    """The model's own weights hold NaN or infinite values where vocabshift reads them."""
 
 
 class RecordError(VocabShiftError, ValueError):

@@ -22,7 +22,13 @@ from .arguments import check_choice, check_count, check_flag
 from .assemble import assemble_weights, row_count
 from .corpus import source_lines
 from .embeddings import Embeddings, check_tokenizer, find_embeddings, remember_original
-from .errors import InvalidArgumentError, MethodResultError, NoNewTokensError, TokenizerLoadError
+from .errors import (
+    InvalidArgumentError,
+    MethodResultError,
+    NoNewTokensError,
+    NonFiniteWeightsError,
+    TokenizerLoadError,
+)
 from .inputs import resolve_inputs
 from .methods import InitContext, InitResult
 from .record import ExtensionRecord, extend_command, id_ranges, pack_ids, set_record
@@ -199,9 +205,25 @@ def _check_result(result: Any, context: InitContext, method: str) -> None:
     if context.source_output is not None:
         checked.append(("output_rows", result.output_rows))
     for name, rows in checked:
+        if isinstance(rows, torch.Tensor) and tuple(rows.shape) == shape and not torch.isfinite(rows).all():
+            _refuse_non_finite_source(context)
         if not isinstance(rows, torch.Tensor) or tuple(rows.shape) != shape or not torch.isfinite(rows).all():
             raise MethodResultError(
                 f"Method {method!r} returned {name} that are not a finite {shape} tensor; the model is unchanged."
+            )
+
+
+def _refuse_non_finite_source(context: InitContext) -> None:
+    """New rows are built from the model's own: blame non-finite ones there, not the method."""
+    for name, rows in (("input embedding", context.source_input), ("output embedding", context.source_output)):
+        bad = [] if rows is None else (~torch.isfinite(rows).all(dim=1)).nonzero().flatten().tolist()
+        if bad:
+            tokens = context.source_tokenizer.convert_ids_to_tokens(bad[:5])
+            raise NonFiniteWeightsError(
+                f"The model's own {name} rows {bad[:5]}{' ...' if len(bad) > 5 else ''} ({len(bad)} in all; tokens "
+                f"{tokens}) hold NaN or infinite values, and new rows are built from the model's rows; the model is "
+                "unchanged. Load the model's original weights again (a failed training step or a bad conversion "
+                "may have written them), or repair those rows before extending."
             )
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .._typing import Model
 from ..errors import InvalidArgumentError, TrainingSetupError
@@ -21,6 +23,7 @@ from ..record import new_ids_of
 from .backends import refuse_backend
 from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
 from .optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
+from .resume import check_marker, check_optimizer_state, setup_of, write_marker
 from .rows import TrainableRows, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
@@ -63,8 +66,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
         `InvalidArgumentError`: bad arguments, rows out of range (when the Trainer is built).
         `RecordError`: `rows="new"` on a model without an ExtensionRecord.
         `TrainingSetupError`: the Trainer's optimizer was built before the callback could split the rows
-            (`optimizers=(...)`, or the callback added after the Trainer was built), or an unsupported
-            DeepSpeed/FSDP setup.
+            (`optimizers=(...)`, or the callback added after the Trainer was built), an unsupported DeepSpeed/FSDP
+            setup, or a resume from a checkpoint saved with other trainable rows (each checkpoint records its rows
+            in `vocabshift_training.json`; checked before the first step).
 
     Example:
         ```python
@@ -154,6 +158,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
                 "build a new Trainer (with a new callback) to train again."
             )
         check_optimizer(optimizer, model, self._trainable())
+        if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
+            self.check_checkpoint(_checkpoint_folder(args, state))
+            check_optimizer_state(optimizer, self.training_setup())
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
         self._maybe_open_gate(state)
         run.head = None
@@ -180,6 +187,22 @@ class EmbeddingOnlyCallback(TrainerCallback):
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> None:
         self._maybe_open_gate(state)
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> None:
+        """Write which rows train next to the checkpoint's optimizer state (checked when resuming)."""
+        folder = _checkpoint_folder(args, state)
+        if state.is_world_process_zero and folder.is_dir():
+            write_marker(folder, self.training_setup())
+
+    def training_setup(self) -> dict[str, Any]:
+        """What this run trains (`resume.setup_of`), as checkpoints record it."""
+        return setup_of(self.rows, self._started().ids, self._trainable())
+
+    def check_checkpoint(self, folder: str | Path) -> None:
+        """Refuse to resume from `folder` when it was saved with other trainable rows (`TrainingSetupError`)."""
+        if Path(folder).is_dir():
+            check_marker(folder, self.training_setup())
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, float] | None = None, model: Model | None = None, **kwargs: Any) -> None:
@@ -237,6 +260,11 @@ class EmbeddingOnlyCallback(TrainerCallback):
             # the Trainer's loss: a causal LM's next-token cross-entropy (DistillationTrainer notes its own)
             "objective": {"name": "next_token"},
         }
+
+
+def _checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
+    """Where the Trainer saves (and by default resumes) the checkpoint of the current step."""
+    return Path(args.output_dir or ".", f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
 
 @dataclass

@@ -16,12 +16,14 @@ import torch
 from transformers import Trainer
 
 from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, TrainingSetupError
+from ..errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupError
 from ..record import get_record, note_objective
+from ..vocab.load import fingerprint, load_tokenizer
 from .callback import EmbeddingOnlyCallback
 from .distill_data import DistillationCollator
 from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
+from .resume import plain_checkpoint_error
 from .source_replay import SourceReplay, source_loss
 from .teacher import Teacher
 from .teacher_schedule import TeacherSchedule
@@ -41,6 +43,23 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     if record.mode != "extend":
         return False
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
+
+
+def _check_tokenizers(record: Any, student: Any, teacher: Any) -> None:
+    """The student reads text with the tokenizer `extend_vocabulary` returned, the teacher with the one before it."""
+    checks = (("processing_class", student, record.tokenizer_sha256, record.source_tokenizer_sha256,
+               "the tokenizer the model's last extend_vocabulary call returned",
+               "the original tokenizer: the new rows would never see a token"),
+              ("teacher_tokenizer", teacher, record.source_tokenizer_sha256, record.tokenizer_sha256,
+               "the tokenizer the model was extended from",
+               "the extended tokenizer: the teacher would read the text as the student does and teach nothing"))
+    for argument, tokenizer, wanted, swapped, role, why in checks:
+        found = fingerprint(tokenizer)
+        if found != wanted:
+            raise TokenizerMismatchError(
+                f"{argument} is not {role} ({len(tokenizer)} tokens, fingerprint {found[:12]}...; the model's "
+                f"record has {wanted[:12]}...){' but ' + why if found == swapped else ''}: pass {role}."
+            )
 
 
 def _source_replay(weights: DistillationWeights, tokenizer: Any, teacher_tokenizer: Any,
@@ -67,8 +86,8 @@ class DistillationTrainer(Trainer):
         model (`PreTrainedModel`): the model after `extend_vocabulary`.
         args (`TrainingArguments`): as for `Trainer`.
         train_dataset: raw training text.
-        processing_class: the tokenizer `extend_vocabulary` returned (the student's).
-        teacher_tokenizer: the original tokenizer.
+        processing_class: the tokenizer `extend_vocabulary` returned (the student's): a fast tokenizer or its path.
+        teacher_tokenizer: the tokenizer the model was extended from (the original): a fast tokenizer or its path.
         teacher_model (*optional*): a separate original model; default: the model's own original rows.
         teacher_dtype (`torch.dtype`, `"auto"` or `None`, defaults to `"auto"`): the precision the teacher runs in,
             under autocast (`Teacher`): `"auto"` runs a float32 model's teacher in bfloat16 where the device computes
@@ -87,6 +106,8 @@ class DistillationTrainer(Trainer):
         `TrainingSetupError`: no `EmbeddingOnlyCallback` and no `teacher_model` (the body would train and the
             teacher drift with it), or replace mode without the original rows in this process.
         `RecordError`: the model carries no ExtensionRecord.
+        `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
+            other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
         `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off).
 
@@ -106,6 +127,9 @@ class DistillationTrainer(Trainer):
                  max_length: int = 128, **kwargs: Any) -> None:
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
+        processing_class = load_tokenizer(processing_class, argument="processing_class")
+        teacher_tokenizer = load_tokenizer(teacher_tokenizer, argument="teacher_tokenizer")
+        _check_tokenizers(record, processing_class, teacher_tokenizer)
         frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
         self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
@@ -121,6 +145,19 @@ class DistillationTrainer(Trainer):
         self._parts: dict[str, list[float]] = defaultdict(list)
         self.schedule = TeacherSchedule(self.weights)
         self.source = _source_replay(self.weights, processing_class, teacher_tokenizer, source_texts, max_length)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Check the checkpoint's trainable rows before its optimizer state is loaded (`TrainingSetupError`)."""
+        callback = next((c for c in self.callback_handler.callbacks if isinstance(c, EmbeddingOnlyCallback)), None)
+        if checkpoint is None or callback is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        callback.check_checkpoint(checkpoint)
+        try:
+            super()._load_optimizer_and_scheduler(checkpoint)
+        except ValueError as error:  # torch: the saved groups hold other parameters
+            if "parameter group" not in str(error):
+                raise
+            raise plain_checkpoint_error(checkpoint, callback.training_setup()) from error
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself

@@ -1,0 +1,92 @@
+"""Resume only into the training setup a checkpoint's optimizer state was built for.
+
+An optimizer state saved for one set of trainable parameters and loaded into another is memory-unsafe: AdamW's
+moments of whole matrices applied to split-off rows (or the reverse) crash the fused step or train on garbage.
+`EmbeddingOnlyCallback` writes which rows trained next to each checkpoint it saves (`MARKER`), and checks, before
+the first step of a resumed run, the marker and the loaded optimizer state against the rows that train now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import TrainingSetupError
+
+__all__ = ["MARKER", "check_marker", "check_optimizer_state", "plain_checkpoint_error", "setup_of", "write_marker"]
+
+MARKER = "vocabshift_training.json"
+
+
+def setup_of(rows: Any, ids: torch.Tensor | None, parameters: list[torch.nn.Parameter]) -> dict[str, Any]:
+    """What a run trains: the `rows` argument, how many rows, a digest of their ids, the trainable shapes."""
+    digest = None if ids is None else hashlib.sha256(ids.cpu().numpy().tobytes()).hexdigest()[:16]
+    return {"rows": rows if isinstance(rows, str) else "custom", "trainable_rows": None if ids is None else len(ids),
+            "ids_sha256": digest, "shapes": [list(p.shape) for p in parameters]}
+
+
+def write_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
+    """Write the setup into the checkpoint folder (a temporary file renamed into place)."""
+    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as handle:
+        json.dump(setup, handle, indent=2)
+    os.replace(handle.name, Path(folder, MARKER))
+
+
+def check_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
+    """Refuse to resume from `folder` when its marker records another training setup.
+
+    Raises:
+        `TrainingSetupError`: naming both setups and the fix.
+    """
+    path = Path(folder, MARKER)
+    if not path.is_file():  # written by a plain Trainer (or before markers): the optimizer state's shapes tell
+        return
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    if {k: saved.get(k) for k in setup} != setup:
+        raise TrainingSetupError(
+            f"The checkpoint {str(folder)!r} was saved by EmbeddingOnlyCallback(rows={_rows(saved)}), and this run "
+            f"trains rows={_rows(setup)}: its optimizer state belongs to other parameters. Resume with "
+            f"EmbeddingOnlyCallback(rows={_rows(saved)}), or start a new run from the checkpoint's weights "
+            "(from_pretrained(checkpoint), then train() without resume_from_checkpoint)."
+        )
+
+
+def check_optimizer_state(optimizer: Any, setup: dict[str, Any]) -> None:
+    """Refuse an optimizer whose loaded state does not have the shapes of the parameters it steps.
+
+    Raises:
+        `TrainingSetupError`: before the first step would read the state.
+    """
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    for group in inner.param_groups:
+        for parameter in group["params"]:
+            for name, value in inner.state.get(parameter, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                    raise TrainingSetupError(
+                        f"The optimizer state loaded from the checkpoint ({name} of shape {list(value.shape)}) was "
+                        f"built for other parameters than this run's (shape {list(parameter.shape)}; this run trains "
+                        f"rows={_rows(setup)}). Resume with the EmbeddingOnlyCallback rows the checkpoint was "
+                        "saved with, or start a new run from the checkpoint's weights (from_pretrained(checkpoint), "
+                        "then train() without resume_from_checkpoint)."
+                    )
+
+
+def plain_checkpoint_error(folder: str | os.PathLike[str], setup: dict[str, Any]) -> TrainingSetupError:
+    """The error for a checkpoint whose optimizer groups do not fit this run's (saved without the callback)."""
+    return TrainingSetupError(
+        f"The checkpoint {str(folder)!r} was saved without EmbeddingOnlyCallback (its optimizer trained every "
+        f"parameter), and this run trains rows={_rows(setup)} only: its optimizer state does not fit. Start a new "
+        "run from the checkpoint's weights (from_pretrained(checkpoint), then train() without "
+        "resume_from_checkpoint), or resume without the callback as it was saved."
+    )
+
+
+def _rows(setup: dict[str, Any]) -> str:
+    rows = setup.get("rows")
+    return repr(rows) if rows != "custom" else f"[{setup.get('trainable_rows')} explicit ids]"
