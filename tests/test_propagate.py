@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +18,7 @@ from tokenizers import AddedToken
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
-from conftest import make_model
+from conftest import ROOT, make_model
 from vocabshift.training import record_cpt
 
 SHARD = "60KB"
@@ -219,3 +224,36 @@ def test_a_head_bias_is_carried_like_the_rows(tmp_path, tokenizers_en, tokenizer
     new = torch.tensor(record.new_ids)
     assert torch.allclose(bias["out"][new], bias["instruct"][:old].mean().expand(len(new)), atol=1e-6)
     assert vocabshift.inspect_folder(out).ok
+
+
+CHILD_PROPAGATE = """
+import sys, time, vocabshift
+from vocabshift.propagation import core
+def stall(folder, *args):
+    open(sys.argv[5], "w").write(str(folder))
+    time.sleep(120)
+core.write_configs = stall
+vocabshift.propagate(sys.argv[1], sys.argv[2], sys.argv[3], output_dir=sys.argv[4])
+"""
+
+
+def test_a_propagate_killed_midway_leaves_no_output(tmp_path, tokenizers_en, tokenizers_ru):
+    """kill -9 after the shards are written: no output folder, and the next call to it goes through."""
+    folders = build_family(tmp_path, "qwen2-tied", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"])
+    output, marker = tmp_path / "out", tmp_path / "marker"
+    argv = [str(folders[role]) for role in ("adapted", "base", "instruct")] + [str(output), str(marker)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_PROPAGATE, *argv], env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        temporary = Path(marker.read_text())
+        assert any(temporary.glob("*.safetensors"))  # killed with the shards written
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        child.kill()
+    assert not output.exists() and temporary.exists()
+    vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=output)
+    assert not temporary.exists() and AutoModelForCausalLM.from_pretrained(output) is not None

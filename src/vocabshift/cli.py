@@ -23,7 +23,7 @@ import transformers
 from huggingface_hub.errors import HfHubHTTPError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
-from .cli_common import SUBCOMMANDS, arg, load_model, model_tokenizer, refuse_input_as_output, subcommand
+from .cli_common import SUBCOMMANDS, arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import NON_NEGATIVE_INT, POSITIVE_INT, branch, repo_id, shard_size
 from .corpus import read_texts
 from .errors import VocabShiftError
@@ -65,6 +65,7 @@ def _key_value(text: str) -> tuple[str, Any]:
     arg("--min-frequency", type=POSITIVE_INT, default=2, help="minimum count of a merge or piece (default: 2)"),
 )
 def cmd_tokenizer(args: argparse.Namespace) -> int:
+    check_output(args.output_dir, model=args.model, texts=args.texts)
     texts = read_texts(args.texts)
     tokenizer = train_tokenizer(texts, like=load_tokenizer(args.model, argument="model"), vocab_size=args.vocab_size,
                                 min_frequency=args.min_frequency)
@@ -95,7 +96,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
         help="leave out new tokens that change how the source-language lines are cut (same-script targets)"),
 )
 def cmd_extend(args: argparse.Namespace) -> int:
-    refuse_input_as_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
+    check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
                            source_tokenizer=args.source_tokenizer, source_texts=args.source_texts)
     source_texts = read_texts(args.source_texts) if args.source_texts else None
     model = load_model(args.model)

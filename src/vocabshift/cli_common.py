@@ -16,9 +16,10 @@ import transformers
 from ._typing import Model, Tokenizer
 from .errors import InvalidArgumentError, ModelFolderError
 from .hub.push import check_repo_id
+from .save import check_replaceable
 from .vocab.load import load_tokenizer
 
-__all__ = ["SUBCOMMANDS", "Argument", "arg", "load_model", "model_tokenizer", "refuse_input_as_output", "subcommand"]
+__all__ = ["SUBCOMMANDS", "Argument", "arg", "check_output", "load_model", "model_tokenizer", "subcommand"]
 
 Argument = tuple[tuple[str, ...], dict[str, Any]]
 Command = Callable[[argparse.Namespace], int]
@@ -67,12 +68,12 @@ def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
     return load_tokenizer(path, argument=f"the tokenizer of {argument}")
 
 
-def refuse_input_as_output(output: str, **inputs: str | None) -> None:
-    """Inputs are never written: refuse an output folder that is an input folder or holds one (it is replaced as a
-    whole).
+def check_output(output: str, **inputs: str | None) -> None:
+    """Before any work: the output folder can be replaced as a whole (`save.check_replaceable`), and it is not an
+    input folder nor holds one (inputs are never written).
 
     Raises:
-        `InvalidArgumentError`: naming the input, before anything is loaded.
+        `ModelFolderError`: see `check_replaceable`. `InvalidArgumentError`: naming the input.
     """
     target = Path(output).resolve()
     for name, value in inputs.items():
@@ -82,6 +83,7 @@ def refuse_input_as_output(output: str, **inputs: str | None) -> None:
                 f" the input {name}={value!r}; the output folder is replaced as a whole, and vocabshift never "
                 "modifies its inputs. Pass another output folder."
             )
+    check_replaceable(output)
 
 
 def _check_model_path(path: str, argument: str) -> None:

@@ -12,7 +12,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from ._typing import Model, Tokenizer
-from .cli_common import arg, load_model, model_tokenizer, refuse_input_as_output, subcommand
+from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
 from .corpus import read_texts
 from .errors import InvalidArgumentError, TokenizerMismatchError
@@ -61,7 +61,7 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
                                ".txt.xz; default: the English lines shipped with vocabshift)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
-    refuse_input_as_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts)
+    check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts)
     texts = read_texts(args.texts)
     require_matplotlib()  # for the loss curve: fail now, not after training
     tokenizer = model_tokenizer(args.model)

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import lzma
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,30 @@ def source_lines(source_texts: Any) -> list[str]:
             "of source-language lines (strings), or None for the English lines shipped with vocabshift."
         )
     return list(source_texts)
+
+
+def text_lines(texts: Any, *, name: str = "texts") -> list[str]:
+    """`texts` as a list of lines, checked: a collection of strings with some text in it.
+
+    Raises:
+        `CorpusError`: a string or path (it would be read as its characters), not iterable, a non-string item, or
+            no text at all.
+    """
+    if isinstance(texts, (str, bytes, os.PathLike)):
+        raise CorpusError(
+            f"{name} is a {type(texts).__name__} ({str(texts)[:60]!r}), not a collection of lines: it would be read "
+            "as its characters. Pass the lines, e.g. vocabshift.corpus.read_texts('corpus.txt') or "
+            "open(path).read().splitlines()."
+        )
+    if not isinstance(texts, Iterable):
+        raise CorpusError(f"{name} is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
+    lines = list(texts)
+    bad = next((line for line in lines if not isinstance(line, str)), None)
+    if bad is not None:
+        raise CorpusError(f"{name} holds a {type(bad).__name__} ({bad!r:.60}): pass strings only.")
+    if not any(line.strip() for line in lines):
+        raise CorpusError(f"{name} holds no text ({len(lines)} items, all empty): pass lines of text.")
+    return lines
 
 
 def documents(corpus: Any) -> Iterator[str]:

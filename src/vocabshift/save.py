@@ -23,7 +23,7 @@ from ._typing import Model, Tokenizer
 from .arguments import check_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "save_pretrained_atomic"]
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +43,7 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
         `ModelFolderError`: `folder` is a file, or a non-empty folder without `config.json` (vocabshift replaces only
             folders that hold a saved model, never unrelated data).
     """
-    target = check_path(folder, name="folder")
-    _check_replaceable(target)
+    target = check_replaceable(folder)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(target)
     temporary = Path(tempfile.mkdtemp(prefix=_TEMP.format(name=target.name, kind="tmp", pid=os.getpid()),
@@ -113,6 +112,17 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
         if tokenizer is not None:
             tokenizer.save_pretrained(temporary)
     return Path(folder)
+
+
+def check_replaceable(folder: str | os.PathLike) -> Path:
+    """`folder` as a Path, if `atomic_folder` may replace it: a new or empty folder, or a saved model's.
+
+    Raises:
+        `ModelFolderError`: a file, or a non-empty folder without `config.json`.
+    """
+    target = check_path(folder, name="folder")
+    _check_replaceable(target)
+    return target
 
 
 def _check_replaceable(target: Path) -> None:

@@ -24,7 +24,7 @@ from .backends import refuse_backend
 from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
 from .optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from .resume import check_marker, check_optimizer_state, setup_of, write_marker
-from .rows import TrainableRows, split_rows
+from .rows import TrainableRows, current_split, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -89,10 +89,13 @@ class EmbeddingOnlyCallback(TrainerCallback):
         head_learning_rate: float | None = None,
         second_stage: SecondStage | None = None,
     ) -> None:
-        if isinstance(rows, str) and rows not in ROW_CHOICES:
+        if (isinstance(rows, str) and rows not in ROW_CHOICES) or not isinstance(rows, (str, Sequence)):
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
-        if head_learning_rate is not None and not (isinstance(head_learning_rate, float) and head_learning_rate > 0):
-            raise InvalidArgumentError(f"head_learning_rate={head_learning_rate!r} is invalid: pass a positive float.")
+        if head_learning_rate is not None and not (isinstance(head_learning_rate, float)
+                                                   and 0 < head_learning_rate < float("inf")):
+            raise InvalidArgumentError(
+                f"head_learning_rate={head_learning_rate!r} is invalid: pass a positive finite float."
+            )
         if second_stage is not None and not isinstance(second_stage, SecondStage):
             raise InvalidArgumentError(f"second_stage is a {type(second_stage).__name__}: pass a SecondStage.")
         self.rows = rows
@@ -122,6 +125,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
                     **kwargs: Any) -> None:
         """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
         refuse_backend(self)
+        _fold_an_earlier_split(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
         if self.head_learning_rate is not None and len(embeddings) < 2:
@@ -154,8 +158,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
         run = self._run
         if run.ids is not None and not run.rows.is_split:
             raise TrainingSetupError(
-                "This Trainer has trained once and EmbeddingOnlyCallback folded its rows back when training ended: "
-                "build a new Trainer (with a new callback) to train again."
+                "This Trainer has trained once, or a later Trainer took the model over, and EmbeddingOnlyCallback "
+                "folded its rows back: build a new Trainer (with a new callback) to train again."
             )
         check_optimizer(optimizer, model, self._trainable())
         if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
@@ -260,6 +264,16 @@ class EmbeddingOnlyCallback(TrainerCallback):
             # the Trainer's loss: a causal LM's next-token cross-entropy (DistillationTrainer notes its own)
             "objective": {"name": "next_token"},
         }
+
+
+def _fold_an_earlier_split(model: Model) -> None:
+    """A Trainer built on this model before, and not trained to its end, left the rows split: fold them back (what
+    they learned stays) so that this Trainer can split them again."""
+    earlier = current_split(model)
+    if earlier is not None:
+        logger.warning("An earlier Trainer's EmbeddingOnlyCallback left the rows split (built, or interrupted, before "
+                       "training ended): folding them back into the model; do not train that Trainer any more.")
+        earlier.fold()
 
 
 def _checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:

@@ -73,6 +73,11 @@ class DistillationCollator:
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
         texts = [_text_of(example) for example in examples]
+        if not any(text.strip() for text in texts):
+            raise InvalidArgumentError(
+                f"A batch of {len(texts)} training examples holds no text (every one is empty): drop empty lines, "
+                "or pack the lines into texts (vocabshift.training.pack_texts)."
+            )
         sides = [tok(texts, add_special_tokens=False, return_offsets_mapping=True)
                  for tok in (self.tokenizer, self.teacher_tokenizer)]
         limits = (self.max_length, self.max_teacher_length or 8 * self.max_length)

@@ -16,7 +16,7 @@ import torch
 from transformers import Trainer
 
 from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
 from ..record import get_record, note_objective
 from ..vocab.load import fingerprint, load_tokenizer
 from .callback import EmbeddingOnlyCallback
@@ -43,6 +43,15 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     if record.mode != "extend":
         return False
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
+
+
+def _check_types(weights: Any, teacher_model: Any) -> None:
+    if weights is not None and not isinstance(weights, DistillationWeights):
+        raise InvalidArgumentTypeError(f"weights is a {type(weights).__name__}: pass a DistillationWeights, or None "
+                                       "for the defaults.")
+    if teacher_model is not None and not isinstance(teacher_model, torch.nn.Module):
+        raise InvalidArgumentTypeError(f"teacher_model is a {type(teacher_model).__name__}: pass the original model "
+                                       "loaded (AutoModelForCausalLM.from_pretrained(...)), or None.")
 
 
 def _check_tokenizers(record: Any, student: Any, teacher: Any) -> None:
@@ -125,6 +134,7 @@ class DistillationTrainer(Trainer):
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
+        _check_types(weights, teacher_model)
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
         processing_class = load_tokenizer(processing_class, argument="processing_class")

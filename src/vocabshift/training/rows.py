@@ -32,7 +32,9 @@ from ..embeddings import find_embeddings
 from ..errors import TrainingSetupError, UnsupportedModelError
 from .fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
-__all__ = ["TrainableRows", "embedding_parameters", "split_rows"]
+__all__ = ["TrainableRows", "current_split", "embedding_parameters", "split_rows"]
+
+SPLIT = "_vocabshift_split"
 
 
 def embedding_parameters(model: Model) -> list[torch.nn.Parameter]:
@@ -80,6 +82,7 @@ class TrainableRows:
         """
         if not self._groups:
             return
+        self.model.get_submodule(self._groups[0][0]).__dict__.pop(SPLIT, None)
         sharded = False
         for group in self._groups:
             module = self.model.get_submodule(group[0])
@@ -136,7 +139,14 @@ def split_rows(model: Model, ids: torch.Tensor | None) -> TrainableRows:
         handles.append(_install_head(head, _start_of_range(ids)))
     handles.append(model.register_state_dict_post_hook(functools.partial(fold_state, groups=groups)))
     handles.append(model.register_load_state_dict_pre_hook(functools.partial(split_state, groups=groups)))
-    return TrainableRows(model, ids, groups, handles)
+    rows = TrainableRows(model, ids, groups, handles)
+    inputs.__dict__[SPLIT] = rows  # found again by `current_split` (a plain attribute: no parameter, no buffer)
+    return rows
+
+
+def current_split(model: Model) -> TrainableRows | None:
+    """The `TrainableRows` whose split of `model`'s rows is still in place (None when the model is plain)."""
+    return find_embeddings(model).input.__dict__.get(SPLIT)
 
 
 def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> None:
@@ -157,7 +167,7 @@ def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> 
         if module is not None and hasattr(module, ROWS):
             raise TrainingSetupError(
                 f"{type(module).__name__} already has split trainable rows: fold the earlier split "
-                "(TrainableRows.fold()) before splitting again."
+                "(vocabshift.training.rows.current_split(model).fold()) before splitting again."
             )
 
 

@@ -8,6 +8,7 @@ from huggingface_hub.utils import tqdm
 
 from .._typing import Tokenizer
 from .forms import Family, TokenForm, backend_state, detect_family, token_forms
+from .load import load_tokenizer
 from .segment import Segmenter
 
 __all__ = ["Alignment", "align"]
@@ -53,6 +54,7 @@ def align(source: Tokenizer, target: Tokenizer, *, keep_source_ids: bool = False
     Returns:
         `Alignment`
     """
+    source, target = load_tokenizer(source, argument="source"), load_tokenizer(target, argument="target")
     source_state = backend_state(source)
     source_forms = token_forms(source, source_state)
     target_state = backend_state(target)

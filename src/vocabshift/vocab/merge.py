@@ -27,6 +27,7 @@ from transformers import AutoTokenizer
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
 from ._splice import append_unigram, append_wordpiece, drop_pieces, next_id, splice_bpe
 from .forms import Family, TokenForm, backend_state, detect_family, native_bytes, native_string, token_forms
+from .load import load_tokenizer
 from .stats import bound_to_script, changed_share, dominant_script, tokens_per_word
 
 __all__ = ["MergeReport", "merge_tokenizers", "rebuild_tokenizer"]
@@ -88,6 +89,7 @@ def merge_tokenizers(
         `IncompatibleTokenizerError`: if the two tokenizer models are of different kinds.
         `InvalidArgumentError`: `keep_source_segmentation` without `source_texts`.
     """
+    source, new = load_tokenizer(source, argument="source"), load_tokenizer(new, argument="new")
     if keep_source_segmentation and not source_texts:
         raise InvalidArgumentError(
             "keep_source_segmentation=True needs source_texts: pass source-language lines whose segmentation must "

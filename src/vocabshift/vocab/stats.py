@@ -8,6 +8,9 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..corpus import text_lines
+from .load import load_tokenizer
+
 __all__ = ["bound_to_script", "changed_share", "dominant_script", "script_of", "scripts_in", "tokens_per_word"]
 
 # Unicode character names that do not start with their script's name.
@@ -19,7 +22,14 @@ def _encode(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
 
 
 def tokens_per_word(tokenizer: Any, texts: Sequence[str]) -> float:
-    """Tokens per whitespace-separated word of `texts` (the tokenizer's fertility)."""
+    """Tokens per whitespace-separated word of `texts` (the tokenizer's fertility).
+
+    Raises:
+        `InvalidTokenizerError`, `TokenizerLoadError`: `tokenizer` is not a fast tokenizer (or its path).
+        `CorpusError`: `texts` is not a collection of lines with text.
+    """
+    tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
+    texts = text_lines(texts)
     words = sum(len(text.split()) for text in texts)
     if not words:
         return float("nan")

@@ -10,7 +10,6 @@ fallback the vocabulary holds the 256 `<0xNN>` pieces (and `like`'s unk), so tha
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,7 +18,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ..arguments import check_count
-from ..errors import CorpusError, InvalidArgumentError
+from ..corpus import text_lines
+from ..errors import InvalidArgumentError
 from .forms import SPIECE, backend_state, detect_family
 from .load import load_tokenizer
 
@@ -53,7 +53,7 @@ def train_tokenizer(texts: Iterable[str], *, like: Any, vocab_size: int, min_fre
         >>> ru = vocabshift.train_tokenizer(lines, like=tokenizer, vocab_size=16_000)
         ```
     """
-    lines = _lines(texts)
+    lines = text_lines(texts)
     like = load_tokenizer(like, argument="like")
     state = backend_state(like)
     family, model_state = detect_family(state), state["model"]
@@ -69,24 +69,6 @@ def train_tokenizer(texts: Iterable[str], *, like: Any, vocab_size: int, min_fre
     if reserved:
         tokenizer = _with_reserved(tokenizer, reserved, model_state)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
-
-
-def _lines(texts: Any) -> list[str]:
-    if isinstance(texts, (str, bytes, os.PathLike)):
-        raise CorpusError(
-            f"texts is a {type(texts).__name__} ({str(texts)[:60]!r}), not a collection of lines: train_tokenizer "
-            "would learn the characters of that string. Pass the lines, e.g. "
-            "vocabshift.corpus.read_texts('corpus.txt') or open(path).read().splitlines()."
-        )
-    if not isinstance(texts, Iterable):
-        raise CorpusError(f"texts is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
-    lines = list(texts)
-    bad = next((line for line in lines if not isinstance(line, str)), None)
-    if bad is not None:
-        raise CorpusError(f"texts holds a {type(bad).__name__} ({bad!r:.60}): pass strings only.")
-    if not any(line.strip() for line in lines):
-        raise CorpusError(f"texts holds no text ({len(lines)} items, all empty): pass target-language lines.")
-    return lines
 
 
 def _reserved(model_state: dict[str, Any], family: str) -> list[str]:

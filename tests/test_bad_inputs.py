@@ -1,0 +1,339 @@
+"""A bad-input suite across the public API and the CLI: each bad input gets its typed error, the message names the
+input, and nothing is modified or half-written. The CLI cases run as real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import Trainer, TrainingArguments
+
+import vocabshift
+from conftest import ROOT, make_model, make_tokenizer
+from vocabshift import errors
+from vocabshift.training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, SecondStage
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
+    """Models, tokenizers and hostile files shared by the cases (none of them may change)."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    (root / "file.txt").write_text("not a model\n", encoding="utf-8")
+    (root / "junk").mkdir()
+    (root / "junk" / "notes.txt").write_text("unrelated data\n", encoding="utf-8")
+    (root / "broken-json").mkdir()
+    (root / "broken-json" / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    (root / "empty").mkdir()
+    (root / "garbage.vec").write_text("3 4\nword 1 2\n", encoding="utf-8")
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    extended = make_model("qwen2-tied", source)
+    extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
+    vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
+    return SimpleNamespace(root=root, source=source, new=new, model=make_model("qwen2-tied", source), ru=ru_lines,
+                           extended=extended, extended_tokenizer=extended_tokenizer,
+                           unigram=make_tokenizer("unigram", ru_lines[:300], 900))
+
+
+class At:
+    """An argument taken from the shared objects when the case runs: `At(lambda w: w.source)`."""
+
+    def __init__(self, pick):
+        self.pick = pick
+
+
+def _resolved(w, options):
+    return {key: value.pick(w) if isinstance(value, At) else value for key, value in options.items()}
+
+
+def _extend(**kwargs):
+    def call(w):
+        options = _resolved(w, {"source_tokenizer": At(lambda w: w.source), "new": At(lambda w: w.new), **kwargs})
+        return w.model.extend_vocabulary(options.pop("new"), **options)
+    return call
+
+
+def _args(w, **overrides):
+    options = dict(max_steps=1, report_to=[], use_cpu=True, save_strategy="no", per_device_train_batch_size=2)
+    return TrainingArguments(str(w.root / "runs"), **{**options, **overrides})
+
+
+def _distill(**kwargs):
+    def call(w):
+        options = dict(model=w.extended, args=_args(w), train_dataset=w.ru[:4], processing_class=w.extended_tokenizer,
+                       teacher_tokenizer=w.source, callbacks=[EmbeddingOnlyCallback()])
+        options.update(_resolved(w, kwargs))
+        trainer = DistillationTrainer(**options)
+        return trainer.train() if kwargs.get("train_dataset") is not None else trainer
+    return call
+
+
+def _callback_trainer(**kwargs):
+    return lambda w: Trainer(model=w.extended, args=_args(w), callbacks=[EmbeddingOnlyCallback(**kwargs)])
+
+
+E = errors
+API = {
+    # extend_vocabulary
+    "method=''": (_extend(method=""), E.UnknownMethodError, "Unknown method ''"),
+    "method=None": (_extend(method=None), E.UnknownMethodError, "Unknown method None"),
+    "method=subwords": (_extend(method="subwords"), E.UnknownMethodError, "Unknown method 'subwords'"),
+    "mode=append": (_extend(mode="append"), E.InvalidArgumentError, "mode='append' is invalid"),
+    "mode=None": (_extend(mode=None), E.InvalidArgumentError, "mode=None is invalid"),
+    "mode=EXTEND": (_extend(mode="EXTEND"), E.InvalidArgumentError, "mode='EXTEND' is invalid"),
+    "pad=0": (_extend(pad_to_multiple_of=0), E.InvalidArgumentError, "pad_to_multiple_of=0"),
+    "pad=-64": (_extend(pad_to_multiple_of=-64), E.InvalidArgumentError, "pad_to_multiple_of=-64"),
+    "pad=True": (_extend(pad_to_multiple_of=True), E.InvalidArgumentTypeError, "pad_to_multiple_of=True"),
+    "pad=2.5": (_extend(pad_to_multiple_of=2.5), E.InvalidArgumentTypeError, "pad_to_multiple_of=2.5"),
+    "pad='64'": (_extend(pad_to_multiple_of="64"), E.InvalidArgumentTypeError, "pad_to_multiple_of='64'"),
+    "seed=-1": (_extend(seed=-1), E.InvalidArgumentError, "seed=-1"),
+    "seed='0'": (_extend(seed="0"), E.InvalidArgumentTypeError, "seed='0'"),
+    "seed=1.0": (_extend(seed=1.0), E.InvalidArgumentTypeError, "seed=1.0"),
+    "seed=None": (_extend(seed=None), E.InvalidArgumentTypeError, "seed=None"),
+    "keep='yes'": (_extend(keep_source_segmentation="yes"), E.InvalidArgumentError, "keep_source_segmentation='yes'"),
+    "keep=1": (_extend(keep_source_segmentation=1), E.InvalidArgumentError, "keep_source_segmentation=1"),
+    "keep in replace mode": (_extend(keep_source_segmentation=True, mode="replace"), E.InvalidArgumentError,
+                             "keep_source_segmentation=True works in mode='extend' only"),
+    "source_texts=str": (_extend(source_texts="a line"), E.CorpusError, "source_texts is a str"),
+    "source_texts=[1, 2]": (_extend(source_texts=[1, 2]), E.CorpusError, "source_texts is a list"),
+    "source_texts=[]": (_extend(source_texts=[]), E.CorpusError, "source_texts is a list"),
+    "source_texts=Path": (_extend(source_texts=Path("en.txt")), E.CorpusError, "source_texts is a PosixPath"),
+    "source_texts=42": (_extend(source_texts=42), E.CorpusError, "source_texts is a int"),
+    "new=''": (_extend(new=""), E.TokenizerLoadError, "new_tokenizer is an empty path"),
+    "new=missing folder": (_extend(new=At(lambda w: str(w.root / "nowhere"))), E.TokenizerLoadError, "new_tokenizer="),
+    "new=broken tokenizer.json": (_extend(new=At(lambda w: w.root / "broken-json")), E.TokenizerLoadError,
+                                  "Could not load new_tokenizer="),
+    "new=empty folder": (_extend(new=At(lambda w: w.root / "empty")), E.TokenizerLoadError, "load new_tokenizer"),
+    "new=text file": (_extend(new=At(lambda w: w.root / "file.txt")), E.TokenizerLoadError, "load new_tokenizer"),
+    "new=None": (_extend(new=None), E.InvalidTokenizerError, "new_tokenizer is a NoneType"),
+    "new=42": (_extend(new=42), E.InvalidTokenizerError, "new_tokenizer is a int"),
+    "new=a model": (_extend(new=At(lambda w: w.model)), E.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM"),
+    "new=dict": (_extend(new={"vocab": {}}), E.InvalidTokenizerError, "new_tokenizer is a dict"),
+    "new=the source itself": (_extend(new=At(lambda w: w.source)), E.NoNewTokensError, "adds no token"),
+    "new=Unigram into BPE": (_extend(new=At(lambda w: w.unigram)), E.IncompatibleTokenizerError, "Unigram tokenizer"),
+    "source=42": (_extend(source_tokenizer=42), E.InvalidTokenizerError, "source_tokenizer is a int"),
+    "source=another model's": (_extend(source_tokenizer=At(lambda w: w.new)), E.TokenizerMismatchError,
+                               "source_tokenizer has"),
+    "unknown option": (_extend(foo=1), E.MethodOptionError, "Unknown option 'foo' for method 'subword'"),
+    "option of a wrong value": (_extend(input_weighting=3), E.MethodOptionError, "Option input_weighting=3"),
+    "option of another method": (_extend(method="mean", input_weighting="uniform"), E.MethodOptionError,
+                                 "Unknown option 'input_weighting' for method 'mean'"),
+    "focus without vectors": (_extend(method="focus"), E.MethodOptionError, "focus"),
+    "model=str": (lambda w: vocabshift.extend_vocabulary("model", w.new, source_tokenizer=w.source),
+                  E.UnsupportedModelError, "str has no input embedding matrix"),
+    "model=Linear": (lambda w: vocabshift.extend_vocabulary(torch.nn.Linear(2, 2), w.new, source_tokenizer=w.source),
+                     E.UnsupportedModelError, "Linear has no input embedding matrix"),
+    "model=None": (lambda w: vocabshift.extend_vocabulary(None, w.new, source_tokenizer=w.source),
+                   E.UnsupportedModelError, "NoneType has no input embedding matrix"),
+    # EmbeddingOnlyCallback and SecondStage
+    "rows='old'": (lambda w: EmbeddingOnlyCallback(rows="old"), E.InvalidArgumentError, "rows='old'"),
+    "rows=5": (lambda w: EmbeddingOnlyCallback(rows=5), E.InvalidArgumentError, "rows=5"),
+    "rows=None": (lambda w: EmbeddingOnlyCallback(rows=None), E.InvalidArgumentError, "rows=None"),
+    "rows=[]": (_callback_trainer(rows=[]), E.InvalidArgumentError, "rows=[]"),
+    "rows=[-1]": (_callback_trainer(rows=[-1]), E.InvalidArgumentError, "rows holds ids from -1"),
+    "rows=[10**9]": (_callback_trainer(rows=[10**9]), E.InvalidArgumentError, "rows holds ids from 1000000000"),
+    "rows=['a']": (_callback_trainer(rows=["a"]), E.InvalidArgumentError, "rows=['a']"),
+    "rows=[1.5]": (_callback_trainer(rows=[1.5]), E.InvalidArgumentError, "rows=[1.5]"),
+    "rows=[True]": (_callback_trainer(rows=[True]), E.InvalidArgumentError, "rows=[True]"),
+    "head_learning_rate=0": (lambda w: EmbeddingOnlyCallback(head_learning_rate=0.0), E.InvalidArgumentError,
+                             "head_learning_rate=0.0"),
+    "head_learning_rate<0": (lambda w: EmbeddingOnlyCallback(head_learning_rate=-1e-3), E.InvalidArgumentError,
+                             "head_learning_rate=-0.001"),
+    "head_learning_rate=nan": (lambda w: EmbeddingOnlyCallback(head_learning_rate=float("nan")),
+                               E.InvalidArgumentError, "head_learning_rate=nan"),
+    "head_learning_rate=inf": (lambda w: EmbeddingOnlyCallback(head_learning_rate=float("inf")),
+                               E.InvalidArgumentError, "head_learning_rate=inf"),
+    "head_learning_rate='1e-3'": (lambda w: EmbeddingOnlyCallback(head_learning_rate="1e-3"),
+                                  E.InvalidArgumentError, "head_learning_rate='1e-3'"),
+    "head_learning_rate on a tied head": (_callback_trainer(head_learning_rate=1e-3), E.InvalidArgumentError,
+                                          "head_learning_rate needs an untied output head"),
+    "second_stage='lora'": (lambda w: EmbeddingOnlyCallback(second_stage="lora"), E.InvalidArgumentError,
+                            "second_stage is a str"),
+    "after_step=-1": (lambda w: SecondStage(after_step=-1), E.InvalidArgumentError, "after_step=-1"),
+    "after_step='5'": (lambda w: SecondStage(after_step="5"), E.InvalidArgumentTypeError, "after_step='5'"),
+    "lora=3": (lambda w: SecondStage(after_step=1, lora=3), E.InvalidArgumentError, "lora is a int"),
+    "a callback without a record": (lambda w: Trainer(model=w.model, args=_args(w),
+                                                      callbacks=[EmbeddingOnlyCallback()]),
+                                    E.RecordError, "carries no vocabshift record"),
+    # DistillationWeights and DistillationTrainer
+    "teacher_share=0": (lambda w: DistillationWeights(teacher_share=0), E.InvalidArgumentError, "teacher_share=0"),
+    "teacher_share=1.5": (lambda w: DistillationWeights(teacher_share=1.5), E.InvalidArgumentError,
+                          "teacher_share=1.5"),
+    "hidden=-1": (lambda w: DistillationWeights(hidden=-1), E.InvalidArgumentError, "hidden=-1"),
+    "next_token=nan": (lambda w: DistillationWeights(next_token=float("nan")), E.InvalidArgumentError,
+                       "next_token=nan"),
+    "layer='last'": (lambda w: DistillationWeights(layer="last"), E.InvalidArgumentError, "layer='last'"),
+    "gate='yes'": (lambda w: DistillationWeights(gate="yes"), E.InvalidArgumentError, "gate='yes'"),
+    "every weight 0": (lambda w: DistillationWeights(hidden=0, chunk=0, next_piece=0, piece_tree=0, next_token=0),
+                       E.InvalidArgumentError, "Every weight is 0"),
+    "weights='default'": (_distill(weights="default"), E.InvalidArgumentTypeError, "weights is a str"),
+    "max_length=0": (_distill(max_length=0), E.InvalidArgumentError, "max_length=0"),
+    "max_length=1": (_distill(max_length=1), E.InvalidArgumentError, "max_length=1"),
+    "teacher_dtype=int8": (_distill(teacher_dtype="int8"), E.InvalidArgumentError, "dtype='int8'"),
+    "teacher_model=path": (_distill(teacher_model="original/"), E.InvalidArgumentTypeError, "teacher_model is a str"),
+    "distillation without a record": (_distill(model=At(lambda w: w.model)), E.RecordError, "carries no vocabshift"),
+    "processing_class=original": (_distill(processing_class=At(lambda w: w.source)), E.TokenizerMismatchError,
+                                  "processing_class is not"),
+    "teacher_tokenizer=extended": (_distill(teacher_tokenizer=At(lambda w: w.extended_tokenizer)),
+                                   E.TokenizerMismatchError, "teacher_tokenizer is not"),
+    "teacher_tokenizer=None": (_distill(teacher_tokenizer=None), E.InvalidTokenizerError,
+                               "teacher_tokenizer is a NoneType"),
+    "source_texts='x'": (_distill(weights=DistillationWeights(source=1.0), source_texts="x"), E.CorpusError,
+                         "source_texts is a str"),
+    "source_texts without replay": (_distill(source_texts=["a line"]), E.InvalidArgumentError, "source_texts"),
+    "dataset of ints": (_distill(train_dataset=[1, 2, 3, 4]), E.InvalidArgumentError, "A training example is a int"),
+    "dataset of empty texts": (_distill(train_dataset=["", "", "", ""]), E.InvalidArgumentError, "holds no text"),
+    "dataset without text column": (_distill(train_dataset=[{"content": "x"}] * 4), E.InvalidArgumentError,
+                                    "without a text string"),
+    # saving, propagating, publishing, inspecting
+    "save model=None": (lambda w: vocabshift.save_pretrained_atomic(None, w.source, w.root / "out-1"),
+                        E.InvalidArgumentTypeError, "model is a NoneType"),
+    "save tokenizer=path": (lambda w: vocabshift.save_pretrained_atomic(w.model, "tok/", w.root / "out-2"),
+                            E.InvalidArgumentTypeError, "tokenizer is a str"),
+    "save into a file": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "file.txt"),
+                         E.ModelFolderError, "is a file"),
+    "save over unrelated data": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "junk"),
+                                 E.ModelFolderError, "holds no saved model"),
+    "save folder=42": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, 42),
+                       E.InvalidArgumentTypeError, "folder=42"),
+    "max_shard_size='lots'": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "out-3",
+                                                                          max_shard_size="lots"),
+                              E.InvalidArgumentError, "max_shard_size='lots'"),
+    "max_shard_size=0": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "out-4",
+                                                                     max_shard_size=0),
+                         E.InvalidArgumentError, "max_shard_size=0"),
+    "propagate method": (lambda w: vocabshift.propagate(w.root, w.root, w.root, output_dir=w.root / "out-5",
+                                                        method="average"), E.InvalidArgumentError, "method='average'"),
+    "propagate missing folder": (lambda w: vocabshift.propagate(w.root / "a", w.root / "b", w.root / "c",
+                                                                output_dir=w.root / "out-6"),
+                                 E.ModelFolderError, "adapted="),
+    "propagate hardlink='yes'": (lambda w: vocabshift.propagate(w.root, w.root, w.root, output_dir=w.root / "out-7",
+                                                                hardlink="yes"),
+                                 E.InvalidArgumentTypeError, "hardlink='yes'"),
+    "propagate unrelated folders": (lambda w: vocabshift.propagate(w.root / "junk", w.root / "junk", w.root / "junk",
+                                                                   output_dir=w.root / "out-8"),
+                                    E.ModelFolderError, "has no config.json"),
+    "propagate into unrelated data": (lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
+                                                                     w.root / "extended", output_dir=w.root / "junk"),
+                                      E.OutputExistsError, "output_dir="),
+    "push a missing folder": (lambda w: vocabshift.push_to_hub(w.root / "nowhere", "me/x"), E.ModelFolderError,
+                              "is not a folder"),
+    "push repo_id a/b/c": (lambda w: vocabshift.push_to_hub(w.root / "extended", "a/b/c"), E.InvalidArgumentError,
+                           "repo_id='a/b/c'"),
+    "push a file": (lambda w: vocabshift.push_to_hub(w.root / "file.txt", "me/x"), E.ModelFolderError,
+                    "is not a folder"),
+    "push unrelated data": (lambda w: vocabshift.push_to_hub(w.root / "junk", "me/x"), E.ModelFolderError,
+                            "lacks config.json"),
+    "inspect a missing folder": (lambda w: vocabshift.inspect_folder(w.root / "nowhere"), E.ModelFolderError,
+                                 "has no config.json"),
+    "inspect a file": (lambda w: vocabshift.inspect_folder(w.root / "file.txt"), E.ModelFolderError,
+                       "has no config.json"),
+    "card of unrelated data": (lambda w: vocabshift.model_card(w.root / "junk"), E.ModelFolderError,
+                               "has no config.json"),
+    "get_record(42)": (lambda w: vocabshift.get_record(42), E.RecordError, "int carries no vocabshift record"),
+    # tokenizers, corpora, word vectors, methods
+    "train_tokenizer texts=[]": (lambda w: vocabshift.train_tokenizer([], like=w.source, vocab_size=800),
+                                 E.CorpusError, "texts holds no text"),
+    "train_tokenizer texts=str": (lambda w: vocabshift.train_tokenizer("text", like=w.source, vocab_size=800),
+                                  E.CorpusError, "texts is a str"),
+    "train_tokenizer texts=[1]": (lambda w: vocabshift.train_tokenizer([1], like=w.source, vocab_size=800),
+                                  E.CorpusError, "texts holds a int"),
+    "train_tokenizer vocab_size=0": (lambda w: vocabshift.train_tokenizer(w.ru, like=w.source, vocab_size=0),
+                                     E.InvalidArgumentError, "vocab_size=0"),
+    "train_tokenizer vocab_size=10": (lambda w: vocabshift.train_tokenizer(w.ru, like=w.source, vocab_size=10),
+                                      E.InvalidArgumentError, "vocab_size=10"),
+    "train_tokenizer like=42": (lambda w: vocabshift.train_tokenizer(w.ru, like=42, vocab_size=800),
+                                E.InvalidTokenizerError, "like is a int"),
+    "train_tokenizer min_frequency=0": (lambda w: vocabshift.train_tokenizer(w.ru, like=w.source, vocab_size=800,
+                                                                             min_frequency=0),
+                                        E.InvalidArgumentError, "min_frequency=0"),
+    "merge source=42": (lambda w: vocabshift.merge_tokenizers(42, w.new), E.InvalidTokenizerError, "source is a int"),
+    "merge new=None": (lambda w: vocabshift.merge_tokenizers(w.source, None), E.InvalidTokenizerError,
+                       "new is a NoneType"),
+    "merge keep without texts": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, keep_source_segmentation=True),
+                                 E.InvalidArgumentError, "keep_source_segmentation=True needs source_texts"),
+    "align source=42": (lambda w: vocabshift.align(42, w.new), E.InvalidTokenizerError, "source is a int"),
+    "tokens_per_word texts=[]": (lambda w: vocabshift.tokens_per_word(w.source, []), E.CorpusError, "texts holds no"),
+    "tokens_per_word texts=str": (lambda w: vocabshift.tokens_per_word(w.source, "a b"), E.CorpusError,
+                                  "texts is a str"),
+    "tokens_per_word tokenizer=None": (lambda w: vocabshift.tokens_per_word(None, w.ru), E.InvalidTokenizerError,
+                                       "tokenizer is a NoneType"),
+    "evaluate texts=[]": (lambda w: vocabshift.evaluate(w.extended, w.extended_tokenizer, []),
+                          E.InvalidArgumentError, "texts is empty"),
+    "evaluate model=None": (lambda w: vocabshift.evaluate(None, w.extended_tokenizer, w.ru[:4]),
+                            E.InvalidArgumentTypeError, "model is a NoneType"),
+    "evaluate with the original tokenizer": (lambda w: vocabshift.evaluate(w.extended, w.source, w.ru[:4]),
+                                             E.TokenizerMismatchError, "tokenizer is not the tokenizer returned"),
+    "get_method('nope')": (lambda w: vocabshift.get_method("nope"), E.UnknownMethodError, "Unknown method 'nope'"),
+    "word vectors missing": (lambda w: vocabshift.load_word_vectors(w.root / "nowhere.vec"),
+                             E.WordVectorsNotFoundError, "nowhere.vec' does not exist"),
+    "word vectors of garbage": (lambda w: vocabshift.load_word_vectors(w.root / "garbage.vec"), E.WordVectorsError,
+                                "garbage.vec"),
+    "train_word_vectors corpus=[]": (lambda w: vocabshift.train_word_vectors([], dim=8), E.CorpusError,
+                                     "holds no text"),
+}
+
+
+def _state(w):
+    return ({k: v.clone() for k, v in w.model.state_dict().items()}, w.model.config.to_dict(),
+            sorted(str(p.relative_to(w.root)) for p in w.root.rglob("*") if "runs" not in p.parts))
+
+
+@pytest.mark.parametrize("case", sorted(API))
+def test_api(w, case):
+    call, error, message = API[case]
+    before = _state(w)
+    with pytest.raises(error, match=None) as info:
+        call(w)
+    assert message in str(info.value), str(info.value)
+    after = _state(w)
+    assert after[2] == before[2]  # nothing written or half-written
+    assert after[1] == before[1] and all(torch.equal(after[0][k], v) for k, v in before[0].items())
+
+
+CLI = {
+    "extend into its own folder": (["extend", "{extended}", "{extended}", "{extended}"], "is the folder of the input"),
+    "extend a missing model": (["extend", "{root}/nowhere", "{extended}", "{root}/out"], "is neither a folder"),
+    "extend unrelated data": (["extend", "{root}/junk", "{extended}", "{root}/out"], "has no config.json"),
+    "extend with a broken tokenizer": (["extend", "{extended}", "{root}/broken-json", "{root}/out"],
+                                       "Could not load new_tokenizer"),
+    "extend into unrelated data": (["extend", "{extended}", "{extended}", "{root}/junk"], "holds no saved model"),
+    "extend unknown method": (["extend", "{extended}", "{extended}", "{root}/out", "--method", "nope"],
+                              "Unknown method 'nope'"),
+    "extend bad option": (["extend", "{extended}", "{extended}", "{root}/out", "--option", "foo"], "KEY=VALUE"),
+    "train with missing texts": (["train", "{extended}", "{root}/nowhere.txt", "{root}/out"], "nowhere.txt"),
+    "train into its own folder": (["train", "{extended}", "{root}/file.txt", "{extended}"],
+                                  "is the folder of the input"),
+    "train steps=0": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--max-steps", "0"],
+                      "--max-steps: '0' is not an integer"),
+    "train a plain model": (["train", "{root}/junk", "{root}/file.txt", "{root}/out"], "has no config.json"),
+    "propagate into existing data": (["propagate", "{extended}", "{extended}", "{extended}", "{root}/junk"],
+                                     "output_dir="),
+    "propagate a bad method": (["propagate", "{extended}", "{extended}", "{extended}", "{root}/out", "--method", "x"],
+                               "invalid choice: 'x'"),
+    "push a bad repo id": (["push", "{extended}", "a/b/c"], "repo_id='a/b/c' is not a Hub repo id"),
+    "push a missing folder": (["push", "{root}/nowhere", "me/x"], "is not a folder"),
+    "card of unrelated data": (["card", "{root}/junk"], "has no config.json"),
+    "inspect a file": (["inspect", "{root}/file.txt"], "has no config.json"),
+    "tokenizer from a missing file": (["tokenizer", "{extended}", "{root}/nowhere.txt", "{root}/out",
+                                       "--vocab-size", "800"], "nowhere.txt"),
+    "evaluate missing texts": (["evaluate", "{extended}", "{root}/nowhere.txt"], "nowhere.txt"),
+    "unknown command": (["extnd"], "invalid choice: 'extnd'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI))
+def test_cli(w, case):
+    argv, message = CLI[case]
+    before = _state(w)
+    words = [word.format(root=w.root, extended=w.root / "extended") for word in argv]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "vocabshift", *words], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode in (1, 2), done.stderr
+    assert "Traceback" not in done.stderr and message in done.stderr, done.stderr
+    assert _state(w)[2] == before[2] and not (w.root / "out").exists()
