@@ -14,9 +14,12 @@ own tokenizer, never shuffled again), so that only the model and its objective d
 
 On request (`--arms`): `teacher everywhere` (the earlier default: every sequence, every chunk counted),
 `default without hidden` (the default's weights with `hidden=0`), `default + source` (`source=1`: English read
-at the head, `source_replay.py`) and `default + source, English kept` (the same on a vocabulary extended with
+at the head, `source_replay.py`), `default + source, English kept` (the same on a vocabulary extended with
 `keep_source_segmentation=True` over the English corpus's training lines: no new token changes how English is
-cut).
+cut) and `default, English kept for the target` (the default on a vocabulary extended with
+`keep_source_segmentation=True` over those English lines and `target_texts=` the language's training lines: only
+new tokens at least `TARGET_LEAN` times as frequent per token in the language as in English may change how English
+is cut).
 
 Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
 (scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
@@ -105,6 +108,13 @@ ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Tra
     "default without hidden": ("adapted", DistillationWeights(hidden=0)),
     "default + source": ("adapted", DistillationWeights(source=1.0)),
     "default + source, English kept": ("English kept", DistillationWeights(source=1.0)),
+    "default, English kept for the target": ("English kept for the target", DistillationWeights()),
+}
+KEPT = {  # the extend_vocabulary options of each vocabulary that keeps English's cuts
+    "English kept": lambda setting: {"keep_source_segmentation": True, "source_texts": setting["english_train"]},
+    "English kept for the target": lambda setting: {"keep_source_segmentation": True,
+                                                    "source_texts": setting["english_train"],
+                                                    "target_texts": setting["train"]},
 }
 
 
@@ -127,8 +137,7 @@ def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
     model = copy.deepcopy(setting["base"])
     tokenizer = setting["source"]
     if kind != "original":
-        kept = {"keep_source_segmentation": True, "source_texts": setting["english_train"]} if kind == "English kept" \
-            else {}
+        kept = KEPT[kind](setting) if kind in KEPT else {}
         tokenizer = model.extend_vocabulary(_new_tokenizer(setting, kind), method="subword",
                                             source_tokenizer=setting["source"], **kept)
     if kind not in setting["start"]:  # extending is deterministic: every arm of a kind starts from one score

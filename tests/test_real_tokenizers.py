@@ -7,6 +7,7 @@ family's vocabulary keeps its old rows and logits bit for bit.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import pytest
@@ -17,6 +18,7 @@ import vocabshift
 from conftest import read_lines
 from vocabshift.testing.real_tokenizers import REAL_TOKENIZERS, real_tokenizer_dir
 from vocabshift.vocab.forms import SPIECE, backend_state
+from vocabshift.vocab.merge import TARGET_LEAN
 
 FAMILIES = sorted(REAL_TOKENIZERS)
 EXTRA = ["中国 🙂 ñ ǅ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "Число 12345, цена 3.14 €; тест\tтабуляции  и  пробелов.", " ведущий пробел"]
@@ -111,6 +113,31 @@ def test_same_script_target_on_llama3_is_measured_and_can_be_kept_exact():
     assert report.source_lines_changed == 0 and report.tokens_dropped_for_source > 0
     assert kept(english, add_special_tokens=False)["input_ids"] == source(english, add_special_tokens=False)[
         "input_ids"]
+
+
+def test_keep_source_segmentation_with_target_texts_keeps_the_target_s_own_tokens(tokenizers_en):
+    """With target lines, a new token that changes source lines stays only when it is at least TARGET_LEAN times as
+    frequent, per token, in the target lines: fewer tokens go than without them, and every kept one passes. (A
+    small English tokenizer extended with a larger one of other English lines: many new tokens in the same script.)"""
+    source = tokenizers_en["bytelevel"]
+    target = read_lines("en", 2000, skip=1000)
+    new = vocabshift.train_tokenizer(target, like=source, vocab_size=1500)
+    english = read_lines("en", 300, skip=3000)
+    everything, strict = vocabshift.merge_tokenizers(source, new, source_texts=english, keep_source_segmentation=True)
+    kept, report = vocabshift.merge_tokenizers(source, new, source_texts=english, target_texts=target,
+                                              keep_source_segmentation=True)
+    assert 0 < report.tokens_dropped_for_source < strict.tokens_dropped_for_source
+    assert report.target_tokens_per_word_after < vocabshift.tokens_per_word(everything, target)
+    first = len(source)
+
+    def shares(texts):
+        ids = [i for row in kept(texts, add_special_tokens=False)["input_ids"] for i in row]
+        return collections.Counter(i for i in ids if i >= first), len(ids)
+
+    (in_source, source_total), (in_target, target_total) = shares(english), shares(target)
+    assert in_source  # some new tokens still change source lines ...
+    for token, count in in_source.items():  # ... each one clearly the target's
+        assert in_target[token] / target_total >= TARGET_LEAN * count / source_total
 
 
 def test_a_whole_tokenizer_of_another_family_merges():

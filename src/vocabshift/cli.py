@@ -93,17 +93,21 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--source-texts", help="source-language lines (.txt or .txt.xz) whose segmentation is checked (default: "
         "1,500 English lines shipped with vocabshift)"),
     arg("--keep-source-segmentation", action="store_true",
-        help="leave out new tokens that change how the source-language lines are cut (same-script targets)"),
+        help="leave out new tokens that change how the source-language lines are cut (same-script targets); with "
+             "--target-texts only those not clearly the target language's"),
+    arg("--target-texts", help="target-language lines (.txt or .txt.xz) for --keep-source-segmentation and the "
+        "tokens-per-word figures of the record"),
 )
 def cmd_extend(args: argparse.Namespace) -> int:
     check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
-                           source_tokenizer=args.source_tokenizer, source_texts=args.source_texts)
+                 source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts)
     source_texts = read_texts(args.source_texts) if args.source_texts else None
+    target_texts = read_texts(args.target_texts, name="--target-texts") if args.target_texts else None
     model = load_model(args.model)
     tokenizer = model.extend_vocabulary(args.new_tokenizer, method=args.method, mode=args.mode,
                                         source_tokenizer=args.source_tokenizer,
                                         pad_to_multiple_of=args.pad_to_multiple_of, seed=args.seed,
-                                        source_texts=source_texts,
+                                        source_texts=source_texts, target_texts=target_texts,
                                         keep_source_segmentation=args.keep_source_segmentation, **dict(args.option))
     note_command(model, ["vocabshift", *args.argv])  # the record keeps the command as it was run
     save_pretrained_atomic(model, tokenizer, args.output_dir, max_shard_size=args.max_shard_size)

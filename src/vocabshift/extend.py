@@ -20,7 +20,7 @@ from ._typing import Model, Tokenizer, TokenizerLike
 from ._version import __version__
 from .arguments import check_choice, check_count, check_flag
 from .assemble import assemble_weights, row_count
-from .corpus import source_lines
+from .corpus import source_lines, text_lines
 from .embeddings import Embeddings, check_tokenizer, find_embeddings, remember_original
 from .errors import (
     InvalidArgumentError,
@@ -55,6 +55,7 @@ class _Call:
     pad_to_multiple_of: int | None
     keep_source_segmentation: bool
     source_texts: bool  # lines were given (else the shipped English lines)
+    target_texts: bool  # target-language lines were given
     new_tokenizer: str  # the path or repo id given, else a placeholder
     method_options: dict[str, Any]
 
@@ -70,6 +71,7 @@ def extend_vocabulary(
     seed: int = 0,
     source_texts: Sequence[str] | None = None,
     keep_source_segmentation: bool = False,
+    target_texts: Sequence[str] | None = None,
     **method_options: Any,
 ) -> Tokenizer:
     """Give `model` a target-language vocabulary and initialize the new input and output rows.
@@ -89,8 +91,12 @@ def extend_vocabulary(
         source_texts (`Sequence[str]`, *optional*): source-language lines whose segmentation extend mode must not
             change; defaults to 1,500 English lines shipped with vocabshift. The share of them cut differently is
             recorded (`record.tokenizer_report`) and, when not zero, warned about.
-        keep_source_segmentation (`bool`, defaults to `False`): leave out every new token that changes how a line of
-            `source_texts` is cut (extend mode), for a target language written in the source's script.
+        keep_source_segmentation (`bool`, defaults to `False`): for a target language written in the source's
+            script (extend mode): leave out the new tokens that change how a line of `source_texts` is cut; with
+            `target_texts`, only those that are not clearly the target language's (at least four times as frequent
+            per token in `target_texts` as in `source_texts`), which keeps most of the target's gain.
+        target_texts (`Sequence[str]`, *optional*): target-language lines, for `keep_source_segmentation` and for the
+            tokens-per-word figures of `record.tokenizer_report`.
         **method_options: options of the method's config dataclass (e.g. `input_weighting="char_length"`).
 
     Returns:
@@ -113,15 +119,16 @@ def extend_vocabulary(
     config = build_config(spec, method_options)
     _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
     call = _Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
-                 _label(new_tokenizer), _summary(method_options))
+                 target_texts is not None, _label(new_tokenizer), _summary(method_options))
     check_texts = source_lines(source_texts)
+    target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
     report = None
     if mode == "extend":
-        target, report = merge_tokenizers(source, new, source_texts=check_texts,
+        target, report = merge_tokenizers(source, new, source_texts=check_texts, target_texts=target_lines,
                                           keep_source_segmentation=keep_source_segmentation)
         _warn_source_changes(report, source_texts is None)
     else:
@@ -261,6 +268,7 @@ def _record(model: Model, call: _Call, config: Any, embeddings: Embeddings, toke
         command=extend_command(source_model=source_model, new_tokenizer=call.new_tokenizer, method=call.method,
                                mode=call.mode, seed=call.seed, pad_to_multiple_of=call.pad_to_multiple_of,
                                method_options=call.method_options, source_texts=call.source_texts,
+                               target_texts=call.target_texts,
                                keep_source_segmentation=call.keep_source_segmentation),
         vocabshift_version=__version__,
     )

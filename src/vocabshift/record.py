@@ -268,10 +268,10 @@ def propagated(record: ExtensionRecord, entry: Mapping[str, Any], *, tokenizer_s
 
 def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: str, seed: int,
                    pad_to_multiple_of: int | None, method_options: Mapping[str, Any],
-                   keep_source_segmentation: bool, source_texts: bool) -> list[str]:
+                   keep_source_segmentation: bool, source_texts: bool, target_texts: bool = False) -> list[str]:
     """The `vocabshift extend` command equivalent to an `extend_vocabulary` call (output: `OUTPUT_PLACEHOLDER`).
 
-    `source_texts` says whether lines were given (the command then names a file to write them into).
+    `source_texts` / `target_texts` say whether lines were given (the command then names a file to write them into).
     """
     words = ["vocabshift", "extend", source_model or "path/to/base-model", new_tokenizer, OUTPUT_PLACEHOLDER,
              "--method", method, "--mode", mode, "--seed", str(seed)]
@@ -281,4 +281,6 @@ def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: 
         words += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
     if source_texts:
         words += ["--source-texts", "path/to/source-texts.txt"]
+    if target_texts:
+        words += ["--target-texts", "path/to/target-texts.txt"]
     return words + ["--keep-source-segmentation"] * keep_source_segmentation

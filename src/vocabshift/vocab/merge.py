@@ -11,6 +11,7 @@ leaving out the new tokens that change how given source-language lines are cut.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
@@ -33,6 +34,10 @@ from .stats import bound_to_script, changed_share, dominant_script, tokens_per_w
 __all__ = ["MergeReport", "merge_tokenizers", "rebuild_tokenizer"]
 
 logger = logging.getLogger(__name__)
+
+# keep_source_segmentation with target texts keeps a new token that changes source lines when it is at least this
+# many times as frequent, per token, in the target texts as in the source texts (measured: benchmarks/results/)
+TARGET_LEAN = 4.0
 
 
 @dataclass(frozen=True)
@@ -76,11 +81,13 @@ def merge_tokenizers(
         source: the model's tokenizer; every one of its ids keeps its meaning.
         new: a target-language tokenizer with a model of the same kind (BPE, Unigram or WordPiece); its special
             and added tokens are not carried over.
-        target_texts (`Sequence[str]`, *optional*): target-language lines for the fertility figures of the report.
+        target_texts (`Sequence[str]`, *optional*): target-language lines for the fertility figures of the report
+            and for `keep_source_segmentation`.
         source_texts (`Sequence[str]`, *optional*): source-language lines for the segmentation-change figure.
-        keep_source_segmentation (`bool`, defaults to `False`): leave out every new token that changes how a line of
-            `source_texts` is cut, so that those lines are cut exactly as before (for a target language in the
-            source's script, where the script filter cannot tell the languages apart).
+        keep_source_segmentation (`bool`, defaults to `False`): leave out the new tokens that change how a line of
+            `source_texts` is cut (for a target language in the source's script, where the script filter cannot
+            tell the languages apart): every one of them, or with `target_texts` those not at least `TARGET_LEAN`
+            times as frequent, per token, in `target_texts` as in `source_texts`.
 
     Returns:
         `(merged_tokenizer, MergeReport)`; the merged tokenizer has the class and settings of `source`.
@@ -122,7 +129,8 @@ def merge_tokenizers(
         else:
             dropped = append_wordpiece(state, natives, wanted)
         progress.update()
-        for_source = _keep_source(state, source_texts or (), first_new_id) if keep_source_segmentation else 0
+        for_source = _keep_source(state, source_texts or (), first_new_id, target_texts or ()) \
+            if keep_source_segmentation else 0
         merged = rebuild_tokenizer(source, state)
         progress.update()
         report = MergeReport(len(merged) - before, dropped, *_fertility(source, merged, target_texts, source_texts),
@@ -207,8 +215,9 @@ def _natives(pieces: dict[str, TokenForm], family: Family) -> dict[str, str]:
     return {piece: native for piece, native in natives.items() if native is not None}
 
 
-def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int) -> int:
-    """Drop the new pieces that appear when `texts` is cut by the merged model, until none does; return how many.
+def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int, target: Sequence[str]) -> int:
+    """Drop the new pieces that appear when `texts` is cut by the merged model (with `target` lines: those not
+    `TARGET_LEAN` times as frequent there), until none does; return how many.
 
     A source-language line is cut differently exactly when a new piece appears in it (old merges, pieces and
     entries never produce new ones), so once none appears every line is cut as before.
@@ -216,10 +225,22 @@ def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int)
     dropped = 0
     for _ in tqdm(range(16), desc="Keeping source segmentation", leave=False):
         backend = Tokenizer.from_str(json.dumps(state))
-        used = {i for encoding in backend.encode_batch(list(texts), add_special_tokens=False)
-                for i in encoding.ids if i >= first_new_id}
+        used, total = _new_piece_counts(backend, texts, first_new_id)
+        if target and used:
+            in_target, target_total = _new_piece_counts(backend, target, first_new_id)
+            used = {i: n for i, n in used.items() if in_target.get(i, 0) / target_total < TARGET_LEAN * n / total}
         if not used:
             return dropped
         drop_pieces(state, {str(backend.id_to_token(i)) for i in used}, first_new_id=first_new_id)  # ids exist
         dropped += len(used)
     raise RuntimeError("keep_source_segmentation did not converge in 16 rounds")  # each round drops >= 1 piece
+
+
+def _new_piece_counts(backend: Tokenizer, texts: Sequence[str], first_new_id: int) -> tuple[dict[int, int], int]:
+    """How often each new piece occurs when `texts` is cut, and how many tokens they are cut into in all."""
+    counts: collections.Counter[int] = collections.Counter()
+    total = 0
+    for encoding in backend.encode_batch(list(texts), add_special_tokens=False):
+        total += len(encoding.ids)
+        counts.update(i for i in encoding.ids if i >= first_new_id)
+    return dict(counts), max(total, 1)
