@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 from pathlib import Path
 
 import torch
+from bench_gemma_extend import timed
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
@@ -44,12 +44,6 @@ TARGETS = {
     "Llama-3 (tokenizer; model from config)": (lambda: AutoTokenizer.from_pretrained(real_tokenizer_dir("llama3")),
                                                llama3_model),
 }
-
-
-def timed(function):
-    start = time.perf_counter()
-    value = function()
-    return value, time.perf_counter() - start
 
 
 def measure(name: str, new, method: str) -> tuple[str, ...]:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from transformers import Trainer
+import torch
+from transformers import Trainer, TrainingArguments
 
 import vocabshift
+from conftest import ROOT, make_model, make_tokenizer, read_lines
 from test_training_callback import arguments, blocks, extended
 from vocabshift.errors import TrainingSetupError
 from vocabshift.training.distill_data import pack_texts
@@ -76,3 +83,55 @@ def test_distillation_refuses_a_checkpoint_saved_without_the_callback(tokenizers
                                   callbacks=[vocabshift.EmbeddingOnlyCallback()])
     with pytest.raises(TrainingSetupError, match=r"saved without EmbeddingOnlyCallback.*new run"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
+CHILD_TRAIN = """
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from vocabshift.training import callback
+written = callback.write_marker
+def stall(folder, setup):
+    if str(folder).endswith("checkpoint-2"):
+        open(sys.argv[2], "w").write(str(folder))
+        time.sleep(120)
+    written(folder, setup)
+callback.write_marker = stall
+from test_training_resume import small_run
+small_run(sys.argv[1]).train()
+"""
+
+
+def small_run(output):
+    """A tiny extended model and its Trainer, built the same way in every process."""
+    source = make_tokenizer("bytelevel", read_lines("en", 600), 700)
+    model = make_model("qwen2-tied", source)
+    new = make_tokenizer("bytelevel", read_lines("ru", 600), 900)
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source)
+    ids = tokenizer("\\n".join(read_lines("ru", 200)), add_special_tokens=False)["input_ids"][:32 * 16]
+    data = [{"input_ids": torch.tensor(ids[i:i + 32]), "labels": torch.tensor(ids[i:i + 32])}
+            for i in range(0, 512, 32)]
+    args = TrainingArguments(str(output), max_steps=3, per_device_train_batch_size=4, save_strategy="steps",
+                             save_steps=1, report_to=[], use_cpu=True, disable_tqdm=True)
+    return Trainer(model=model, args=args, train_dataset=data, callbacks=[vocabshift.EmbeddingOnlyCallback()])
+
+
+def test_a_run_killed_while_saving_a_checkpoint_leaves_the_previous_one(tmp_path):
+    """kill -9 while checkpoint-2 is written: checkpoint-1 is whole, records its rows, and the run resumes from it."""
+    marker = tmp_path / "marker"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_TRAIN, str(tmp_path / "run"), str(marker),
+                              str(ROOT / "tests")], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the run never reached the save of checkpoint-2"
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        child.kill()
+    first = tmp_path / "run" / "checkpoint-1"
+    assert json.loads((first / MARKER).read_text())["rows"] == "new"  # whole, not half-written
+    assert not (tmp_path / "run" / "checkpoint-2" / MARKER).exists() and not list(first.glob("*.tmp"))
+    small_run(tmp_path / "run").train(resume_from_checkpoint=str(first))  # the run goes on from checkpoint-1
+    assert (tmp_path / "run" / "checkpoint-3" / MARKER).exists()

@@ -3,13 +3,14 @@ appended, and new pieces dropped again (with everything built from them) when th
 
 from __future__ import annotations
 
+import collections
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tokenizers import models
 
-__all__ = ["append_unigram", "append_wordpiece", "drop_pieces", "merge_pairs", "next_id", "splice_bpe"]
+__all__ = ["append_unigram", "append_wordpiece", "built_from", "drop_pieces", "merge_pairs", "next_id", "splice_bpe"]
 
 
 def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
@@ -18,6 +19,26 @@ def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
         left, right = pair.split(" ", 1) if isinstance(pair, str) else pair
         pairs.append((left, right))
     return pairs
+
+
+def built_from(model: dict[str, Any], pieces: Iterable[str]) -> dict[str, set[str]]:
+    """Each of `pieces` with every piece built from it (a BPE merge needs it, directly or not), which `drop_pieces`
+    would remove with it; itself alone for Unigram and WordPiece."""
+    if model["type"] != "BPE":
+        return {piece: {piece} for piece in pieces}
+    children: dict[str, list[str]] = collections.defaultdict(list)
+    for left, right in merge_pairs(model):
+        children[left].append(left + right)
+        children[right].append(left + right)
+    result = {}
+    for piece in pieces:
+        seen, stack = {piece}, [piece]
+        while stack:
+            fresh = [child for child in children.get(stack.pop(), ()) if child not in seen]
+            seen.update(fresh)
+            stack.extend(fresh)
+        result[piece] = seen
+    return result
 
 
 def next_id(state: dict[str, Any]) -> int:

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
-from ._splice import append_unigram, append_wordpiece, drop_pieces, next_id, splice_bpe
+from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, next_id, splice_bpe
 from .forms import Family, TokenForm, backend_state, detect_family, native_bytes, native_string, token_forms
 from .load import load_tokenizer
 from .stats import bound_to_script, changed_share, dominant_script, tokens_per_word
@@ -35,8 +35,9 @@ __all__ = ["MergeReport", "merge_tokenizers", "rebuild_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
-# keep_source_segmentation with target texts keeps a new token that changes source lines when it is at least this
-# many times as frequent, per token, in the target texts as in the source texts (measured: benchmarks/results/)
+# keep_source_segmentation with target texts keeps a new token that changes source lines when it (with the tokens
+# built from it, which go with it) is at least this many times as frequent, per token, in the target texts as in
+# the source texts (measured: benchmarks/results/languages_*_english.md)
 TARGET_LEAN = 4.0
 
 
@@ -217,7 +218,7 @@ def _natives(pieces: dict[str, TokenForm], family: Family) -> dict[str, str]:
 
 def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int, target: Sequence[str]) -> int:
     """Drop the new pieces that appear when `texts` is cut by the merged model (with `target` lines: those not
-    `TARGET_LEAN` times as frequent there), until none does; return how many.
+    `TARGET_LEAN` times as frequent there, counting the pieces built from them), until none does; return how many.
 
     A source-language line is cut differently exactly when a new piece appears in it (old merges, pieces and
     entries never produce new ones), so once none appears every line is cut as before.
@@ -225,15 +226,25 @@ def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int,
     dropped = 0
     for _ in tqdm(range(16), desc="Keeping source segmentation", leave=False):
         backend = Tokenizer.from_str(json.dumps(state))
-        used, total = _new_piece_counts(backend, texts, first_new_id)
+        counts, total = _new_piece_counts(backend, texts, first_new_id)
+        used = {str(backend.id_to_token(i)): n for i, n in counts.items()}  # ids exist
         if target and used:
-            in_target, target_total = _new_piece_counts(backend, target, first_new_id)
-            used = {i: n for i, n in used.items() if in_target.get(i, 0) / target_total < TARGET_LEAN * n / total}
+            share = _target_share(state, backend, target, first_new_id, used)
+            used = {piece: n for piece, n in used.items() if share[piece] < TARGET_LEAN * n / total}
         if not used:
             return dropped
-        drop_pieces(state, {str(backend.id_to_token(i)) for i in used}, first_new_id=first_new_id)  # ids exist
+        drop_pieces(state, set(used), first_new_id=first_new_id)
         dropped += len(used)
     raise RuntimeError("keep_source_segmentation did not converge in 16 rounds")  # each round drops >= 1 piece
+
+
+def _target_share(state: dict[str, Any], backend: Tokenizer, target: Sequence[str], first_new_id: int,
+                  pieces: dict[str, int]) -> dict[str, float]:
+    """The share of the target's tokens each piece accounts for with the pieces built from it (dropped with it)."""
+    in_target, target_total = _new_piece_counts(backend, target, first_new_id)
+    families = built_from(state["model"], pieces)
+    return {piece: sum(in_target.get(backend.token_to_id(member), 0) for member in family) / target_total
+            for piece, family in families.items()}
 
 
 def _new_piece_counts(backend: Tokenizer, texts: Sequence[str], first_new_id: int) -> tuple[dict[int, int], int]:
