@@ -18,8 +18,9 @@ at the head, `source_replay.py`), `default + source, English kept` (the same on 
 `keep_source_segmentation=True` over the English corpus's training lines: no new token changes how English is
 cut) and `default, English kept for the target` (the default on a vocabulary extended with
 `keep_source_segmentation=True` over those English lines and `target_texts=` the language's training lines: only
-new tokens at least `TARGET_LEAN` times as frequent per token in the language as in English may change how English
-is cut).
+new tokens at least `TARGET_LEAN` times as frequent per token in the language as in English, counting the tokens
+built from them, may change how English is cut), also with the replay (`default + source, English kept for the
+target`).
 
 Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
 (scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
@@ -109,6 +110,7 @@ ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Tra
     "default + source": ("adapted", DistillationWeights(source=1.0)),
     "default + source, English kept": ("English kept", DistillationWeights(source=1.0)),
     "default, English kept for the target": ("English kept for the target", DistillationWeights()),
+    "default + source, English kept for the target": ("English kept for the target", DistillationWeights(source=1.0)),
 }
 KEPT = {  # the extend_vocabulary options of each vocabulary that keeps English's cuts
     "English kept": lambda setting: {"keep_source_segmentation": True, "source_texts": setting["english_train"]},

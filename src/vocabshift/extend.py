@@ -94,7 +94,8 @@ def extend_vocabulary(
         keep_source_segmentation (`bool`, defaults to `False`): for a target language written in the source's
             script (extend mode): leave out the new tokens that change how a line of `source_texts` is cut; with
             `target_texts`, only those that are not clearly the target language's (at least four times as frequent
-            per token in `target_texts` as in `source_texts`), which keeps most of the target's gain.
+            per token in `target_texts` as in `source_texts`, with the tokens built from them), which keeps most of
+            the target's gain.
         target_texts (`Sequence[str]`, *optional*): target-language lines, for `keep_source_segmentation` and for the
             tokens-per-word figures of `record.tokenizer_report`.
         **method_options: options of the method's config dataclass (e.g. `input_weighting="char_length"`).

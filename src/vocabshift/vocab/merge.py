@@ -88,7 +88,8 @@ def merge_tokenizers(
         keep_source_segmentation (`bool`, defaults to `False`): leave out the new tokens that change how a line of
             `source_texts` is cut (for a target language in the source's script, where the script filter cannot
             tell the languages apart): every one of them, or with `target_texts` those not at least `TARGET_LEAN`
-            times as frequent, per token, in `target_texts` as in `source_texts`.
+            times as frequent, per token, in `target_texts` as in `source_texts` (counting, for BPE, the tokens
+            built from them, which would go with them).
 
     Returns:
         `(merged_tokenizer, MergeReport)`; the merged tokenizer has the class and settings of `source`.
