@@ -243,9 +243,11 @@ def _target_share(state: dict[str, Any], backend: Tokenizer, target: Sequence[st
                   pieces: dict[str, int]) -> dict[str, float]:
     """The share of the target's tokens each piece accounts for with the pieces built from it (dropped with it)."""
     in_target, target_total = _new_piece_counts(backend, target, first_new_id)
-    families = built_from(state["model"], pieces)
-    return {piece: sum(in_target.get(backend.token_to_id(member), 0) for member in family) / target_total
-            for piece, family in families.items()}
+    share = {}
+    for piece, family in built_from(state["model"], pieces).items():
+        ids = [backend.token_to_id(member) for member in family]
+        share[piece] = sum(in_target.get(i, 0) for i in ids if i is not None) / target_total
+    return share
 
 
 def _new_piece_counts(backend: Tokenizer, texts: Sequence[str], first_new_id: int) -> tuple[dict[int, int], int]:
