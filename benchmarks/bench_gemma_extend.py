@@ -39,6 +39,24 @@ def timed(function):
     return value, time.perf_counter() - start
 
 
+def against_add_tokens(load_model, source, new, method, load_tokenizer):
+    """`extend_vocabulary` on a model from `load_model()`, then, on a fresh model and tokenizer, transformers'
+    `add_tokens` + `resize_token_embeddings` of the tokens it added: (extended tokenizer, the baseline's tokenizer,
+    the tokens added, the seconds of each)."""
+    model = load_model()
+    extended, ours = timed(functools.partial(model.extend_vocabulary, new, method=method, source_tokenizer=source))
+    added = extended.convert_ids_to_tokens(vocabshift.get_record(model).new_ids)
+    texts = [extended.convert_tokens_to_string([token]) for token in added]
+    del model
+    baseline, plain = load_model(), load_tokenizer()
+
+    def add_and_resize():
+        plain.add_tokens(texts)
+        baseline.resize_token_embeddings(len(plain))
+
+    return extended, plain, added, ours, timed(add_and_resize)[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--method", default="subword")
@@ -50,21 +68,9 @@ def main() -> None:
     english = list(read_sample("en")[3000:4000])
     ru_held = held_out_split(read_corpus("ru"), HELD_OUT)[1]
 
-    model = AutoModelForCausalLM.from_pretrained(gemma3(), dtype=torch.float32)
-    extend = functools.partial(model.extend_vocabulary, russian, method=options.method, source_tokenizer=source)
-    extended, ours = timed(extend)
-    added = extended.convert_ids_to_tokens(vocabshift.get_record(model).new_ids)
-    texts = [extended.convert_tokens_to_string([token]) for token in added]
-    del model
-
-    baseline = AutoModelForCausalLM.from_pretrained(gemma3(), dtype=torch.float32)
-    plain = AutoTokenizer.from_pretrained(gemma3())
-
-    def add_and_resize():
-        plain.add_tokens(texts)
-        baseline.resize_token_embeddings(len(plain))
-
-    _, theirs = timed(add_and_resize)
+    extended, plain, added, ours, theirs = against_add_tokens(
+        lambda: AutoModelForCausalLM.from_pretrained(gemma3(), dtype=torch.float32), source, russian, options.method,
+        lambda: AutoTokenizer.from_pretrained(gemma3()))
     rows = [
         ("seconds (2 cores)", f"{ours:.1f}", f"{theirs:.1f}", f"{ours / theirs:.2f}x"),
         ("tokens added", f"{len(added):,}", f"{len(plain) - len(source):,}", ""),

@@ -16,14 +16,12 @@ Writes benchmarks/results/large_extend.md.
 from __future__ import annotations
 
 import argparse
-import functools
 from pathlib import Path
 
 import torch
-from bench_gemma_extend import timed
+from bench_gemma_extend import against_add_tokens
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-import vocabshift
 from smollm2_ru import machine_load
 from vocabshift.testing.corpora import smollm2
 from vocabshift.testing.real_tokenizers import real_tokenizer_dir
@@ -49,18 +47,7 @@ TARGETS = {
 def measure(name: str, new, method: str) -> tuple[str, ...]:
     load_tokenizer, load_model = TARGETS[name]
     source = load_tokenizer()
-    model = load_model(source)
-    extended, ours = timed(functools.partial(model.extend_vocabulary, new, method=method, source_tokenizer=source))
-    added = extended.convert_ids_to_tokens(vocabshift.get_record(model).new_ids)
-    texts = [extended.convert_tokens_to_string([token]) for token in added]
-    del model
-    baseline, plain = load_model(source), load_tokenizer()
-
-    def add_and_resize():
-        plain.add_tokens(texts)
-        baseline.resize_token_embeddings(len(plain))
-
-    _, theirs = timed(add_and_resize)
+    _, _, added, ours, theirs = against_add_tokens(lambda: load_model(source), source, new, method, load_tokenizer)
     return name, f"{len(source):,}", f"{len(added):,}", f"{ours:.1f}", f"{theirs:.1f}", f"{ours / theirs:.2f}x"
 
 

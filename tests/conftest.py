@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -270,3 +273,17 @@ def method_options(tokenizers_ru, token_vectors_ru, multilingual_vectors):
         return {}
 
     return options
+
+
+def kill_once_written(child: subprocess.Popen, marker: Path, *, timeout: float = 120) -> Path:
+    """Wait until `child` writes the path it has reached into `marker`, kill it with SIGKILL there, return that path."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), f"the child never reached the point it marks (exit status {child.poll()})"
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        child.kill()
+    return Path(marker.read_text())

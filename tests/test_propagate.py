@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from tokenizers import AddedToken
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
-from conftest import ROOT, make_model
+from conftest import ROOT, kill_once_written, make_model
 from vocabshift.training import record_cpt
 
 SHARD = "60KB"
@@ -244,16 +242,8 @@ def test_a_propagate_killed_midway_leaves_no_output(tmp_path, tokenizers_en, tok
     argv = [str(folders[role]) for role in ("adapted", "base", "instruct")] + [str(output), str(marker)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     child = subprocess.Popen([sys.executable, "-c", CHILD_PROPAGATE, *argv], env=env, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.05)
-        temporary = Path(marker.read_text())
-        assert any(temporary.glob("*.safetensors"))  # killed with the shards written
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
-    finally:
-        child.kill()
+    temporary = kill_once_written(child, marker)
+    assert any(temporary.glob("*.safetensors"))  # killed with the shards written
     assert not output.exists() and temporary.exists()
     vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=output)
     assert not temporary.exists() and AutoModelForCausalLM.from_pretrained(output) is not None

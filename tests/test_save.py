@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
-from conftest import ROOT
+from conftest import ROOT, kill_once_written
 from vocabshift import save
 from vocabshift.errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError
 
@@ -57,16 +55,8 @@ def test_a_save_killed_midway_leaves_the_previous_output(tmp_path):
     marker = tmp_path / "marker"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     child = subprocess.Popen([sys.executable, "-c", CHILD_SAVE, str(folder), str(marker)], env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.05)
-        temporary = Path(marker.read_text())
-        assert temporary.parent == tmp_path and any(temporary.glob("model-*.safetensors"))  # killed mid-write
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
-    finally:
-        child.kill()
+    temporary = kill_once_written(child, marker)
+    assert temporary.parent == tmp_path and any(temporary.glob("model-*.safetensors"))  # killed mid-write
     assert digest(folder) == before
     reloaded = AutoModelForCausalLM.from_pretrained(folder)
     assert torch.equal(reloaded(torch.tensor([[1, 2, 3]])).logits, tiny(0)(torch.tensor([[1, 2, 3]])).logits)

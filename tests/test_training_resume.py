@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
 import vocabshift
-from conftest import ROOT, make_model, make_tokenizer, read_lines
+from conftest import ROOT, kill_once_written, make_model, make_tokenizer, read_lines
 from test_training_callback import arguments, blocks, extended
 from vocabshift.errors import TrainingSetupError
 from vocabshift.training.distill_data import pack_texts
@@ -121,15 +119,7 @@ def test_a_run_killed_while_saving_a_checkpoint_leaves_the_previous_one(tmp_path
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     child = subprocess.Popen([sys.executable, "-c", CHILD_TRAIN, str(tmp_path / "run"), str(marker),
                               str(ROOT / "tests")], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.05)
-        assert marker.exists(), "the run never reached the save of checkpoint-2"
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
-    finally:
-        child.kill()
+    kill_once_written(child, marker, timeout=240)  # while checkpoint-2 is saved
     first = tmp_path / "run" / "checkpoint-1"
     assert json.loads((first / MARKER).read_text())["rows"] == "new"  # whole, not half-written
     assert not (tmp_path / "run" / "checkpoint-2" / MARKER).exists() and not list(first.glob("*.tmp"))

@@ -213,12 +213,13 @@ def _check_result(result: Any, context: InitContext, method: str) -> None:
     if context.source_output is not None:
         checked.append(("output_rows", result.output_rows))
     for name, rows in checked:
-        if isinstance(rows, torch.Tensor) and tuple(rows.shape) == shape and not torch.isfinite(rows).all():
+        if isinstance(rows, torch.Tensor) and tuple(rows.shape) == shape:
+            if torch.isfinite(rows).all():
+                continue
             _refuse_non_finite_source(context)
-        if not isinstance(rows, torch.Tensor) or tuple(rows.shape) != shape or not torch.isfinite(rows).all():
-            raise MethodResultError(
-                f"Method {method!r} returned {name} that are not a finite {shape} tensor; the model is unchanged."
-            )
+        raise MethodResultError(
+            f"Method {method!r} returned {name} that are not a finite {shape} tensor; the model is unchanged."
+        )
 
 
 def _refuse_non_finite_source(context: InitContext) -> None:
