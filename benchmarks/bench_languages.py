@@ -12,15 +12,15 @@ own tokenizer, never shuffled again), so that only the model and its objective d
   `EmbeddingOnlyCallback(rows="new")`);
 - `default`: the adapted model, its new rows training with `DistillationTrainer`'s default objective.
 
-On request (`--arms`): `teacher everywhere` (the earlier default: every sequence, every chunk counted),
-`default without hidden` (the default's weights with `hidden=0`), `default + source` (`source=1`: English read
-at the head, `source_replay.py`), `default + source, English kept` (the same on a vocabulary extended with
-`keep_source_segmentation=True` over the English corpus's training lines: no new token changes how English is
-cut) and `default, English kept for the target` (the default on a vocabulary extended with
-`keep_source_segmentation=True` over those English lines and `target_texts=` the language's training lines: only
-new tokens at least `TARGET_LEAN` times as frequent per token in the language as in English, counting the tokens
-built from them, may change how English is cut), also with the replay (`default + source, English kept for the
-target`).
+The adapted model is the README's recipe: `extend_vocabulary(new, method="subword", target_texts=<the language's
+training lines>, source_texts=<the English corpus's training lines>)`, which leaves out the new tokens that change
+how English is cut unless they are the language's (`keep_source_segmentation`, on with `target_texts`).
+
+On request (`--arms`), earlier recipes on the full vocabulary (no `target_texts`): `cross-entropy, full
+vocabulary`, `default, full vocabulary, no replay` (the default before: `source=0`), `teacher everywhere` (every
+sequence, every chunk counted), `default without hidden`, `default + source`, `cross-entropy, all rows`,
+`cross-entropy, 4k tokenizer`; `default + source, English kept` (a vocabulary where no new token changes how English
+is cut) and `default, English kept for the target, no replay`.
 
 Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
 (scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
@@ -29,12 +29,13 @@ untrained original, and where it passes the control at the same step, with the b
 
     python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--baseline-steps 600]
                                          [--arms control cross-entropy default] [--seeds 1] [--seed-steps 100]
-                                         [--seed-arms cross-entropy default]
+                                         [--seed-arms cross-entropy default] [--suffix _recipe]
 
 Cross-entropy also trains to `--baseline-steps`, so that the other arms meet it at equal wall time: each checkpoint's
 own elapsed training seconds against cross-entropy's, interpolated between its checkpoints (runs kept from before the
 elapsed seconds were recorded use their mean seconds per step). Writes
-benchmarks/results/languages_<language>[<suffix>].md / .json / .png and languages[<suffix>].md; runs of an earlier
+benchmarks/results/languages_<language><suffix>.md / .json / .png and languages<suffix>.md (files without a suffix:
+the runs of the recipe before, whose `default` and `cross-entropy` were on the full vocabulary); runs of an earlier
 command for the language that this one does not repeat (arm and seed) are kept, so a long benchmark can run in parts.
 """
 
@@ -101,21 +102,24 @@ def _arguments(work, steps, seed) -> TrainingArguments:
 
 ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Trainer with cross-entropy)
     "control": ("original", None),
-    "cross-entropy": ("adapted", None),
+    "cross-entropy": ("English kept for the target", None),
+    "default": ("English kept for the target", DistillationWeights()),
+    # earlier recipes, kept to rerun them: the full vocabulary, no source replay (the default before)
+    "cross-entropy, full vocabulary": ("adapted", None),
+    "default, full vocabulary, no replay": ("adapted", DistillationWeights(source=0.0)),
     "cross-entropy, all rows": ("adapted, all rows", None),
     "cross-entropy, 4k tokenizer": ("adapted, 4k", None),
-    "default": ("adapted", DistillationWeights()),
-    "teacher everywhere": ("adapted", DistillationWeights(teacher_share=1, gate=False, adaptive_share=False)),
-    "default without hidden": ("adapted", DistillationWeights(hidden=0)),
+    "teacher everywhere": ("adapted", DistillationWeights(teacher_share=1, gate=False, adaptive_share=False,
+                                                          source=0.0)),
+    "default without hidden": ("adapted", DistillationWeights(hidden=0, source=0.0)),
     "default + source": ("adapted", DistillationWeights(source=1.0)),
     "default + source, English kept": ("English kept", DistillationWeights(source=1.0)),
-    "default, English kept for the target": ("English kept for the target", DistillationWeights()),
-    "default + source, English kept for the target": ("English kept for the target", DistillationWeights(source=1.0)),
+    "default, English kept for the target, no replay": ("English kept for the target", DistillationWeights(source=0.0)),
 }
 KEPT = {  # the extend_vocabulary options of each vocabulary that keeps English's cuts
     "English kept": lambda setting: {"keep_source_segmentation": True, "source_texts": setting["english_train"]},
-    "English kept for the target": lambda setting: {"keep_source_segmentation": True,
-                                                    "source_texts": setting["english_train"],
+    # the recipe: target_texts turns keep_source_segmentation on
+    "English kept for the target": lambda setting: {"source_texts": setting["english_train"],
                                                     "target_texts": setting["train"]},
 }
 
@@ -224,7 +228,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[1], help="further seeds, run to --seed-steps")
     parser.add_argument("--seed-arms", nargs="*", default=["cross-entropy", "default"], choices=list(ARMS))
     parser.add_argument("--seed-steps", type=int, default=100)
-    parser.add_argument("--suffix", default="", help="appended to the results' file names, to keep another run's")
+    parser.add_argument("--suffix", default="_recipe",
+                        help="appended to the results' file names, to keep another run's")
     options = parser.parse_args()
     if options.baseline_steps is None:
         options.baseline_steps = [max(options.steps) * 3 // 2]
@@ -313,7 +318,8 @@ def _seed_table(results, seed_steps) -> list[str]:
     for arm, runs in results.items():
         values = [dict(runs[s]["curve"]).get(seed_steps) if s in runs else None for s in seeds]
         known = [v for v in values if v is not None]
-        lines.append(f"| {arm} | " + " | ".join(map(_f, values)) + f" | {_f(sum(known) / len(known))} |")
+        mean = sum(known) / len(known) if known else None
+        lines.append(f"| {arm} | " + " | ".join(map(_f, values)) + f" | {_f(mean)} |")
     return lines
 
 
@@ -355,7 +361,10 @@ def write_language(options, language, setting, results, load, commands) -> None:
     lines = [f"# Embedding-only training on {language}: the adapted model against the fair control",
              "", f"SmolLM2-135M-Instruct, extend mode with `subword` ({len(setting['new']):,} tokens in the new "
              f"tokenizer), 4 x 128 tokens per step, AdamW lr {RATE:g}, no weight decay; `default` is "
-             f"`DistillationTrainer`'s default objective {DistillationWeights().to_dict()}.", "",
+             f"`DistillationTrainer`'s default objective {DistillationWeights().to_dict()}; `default` and "
+             "`cross-entropy` train the recipe's vocabulary (`target_texts=` the training lines, `source_texts=` "
+             f"{len(setting['english_train']):,} English lines: new tokens that change how English is cut only where "
+             "they are the language's).", "",
              "## Held-out bits per byte by step (seed 0)", "", *_curve_table(results, original), "",
              "## Cost and English", "", *_cost_table(results, original), "",
              f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",

@@ -68,17 +68,18 @@ def test_extend_inspect_card_push(base_folder, tokenizers_ru, tmp_path, loopback
 
 
 def test_extend_with_target_texts(base_folder, tokenizers_ru, ru_lines, tmp_path):
-    """--target-texts: the record's tokens-per-word figures, and the lines keep_source_segmentation weighs with."""
+    """--target-texts: the record's tokens-per-word figures, and the lines keep_source_segmentation (on with them)
+    weighs with."""
     tokenizers_ru["sentencepiece"].save_pretrained(tmp_path / "ru-tokenizer")
     (tmp_path / "ru.txt").write_text("\n".join(ru_lines[:200]) + "\n", encoding="utf-8")
     out = tmp_path / "tiny-ru"
-    run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(out), "--keep-source-segmentation",
-        "--target-texts", str(tmp_path / "ru.txt"))
+    run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(out), "--target-texts",
+        str(tmp_path / "ru.txt"))
     record = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(out))
     report = record.tokenizer_report
     assert record.keep_source_segmentation and report["target_tokens_per_word_after"] < report[
         "target_tokens_per_word_before"]
-    assert record.command[-3:] == ["--keep-source-segmentation", "--target-texts", str(tmp_path / "ru.txt")]
+    assert record.command[-2:] == ["--target-texts", str(tmp_path / "ru.txt")]
     missing = run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(tmp_path / "x"), "--target-texts",
                   str(tmp_path / "none.txt"), check=False)
     assert missing.returncode == 1 and "--target-texts=" in missing.stderr and not (tmp_path / "x").exists()

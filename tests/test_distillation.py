@@ -87,10 +87,10 @@ def test_trainer_changes_only_new_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     chosen = "bfloat16" if native_bf16(torch.device("cpu")) else None  # teacher_dtype="auto", the default
     assert cpt["objective"] == {"name": "distillation", "hidden": 1, "chunk": 1, "next_piece": 1, "piece_tree": 1,
                                 "next_token": 1, "layer": -1, "teacher_share": 1, "gate": False,
-                                "adaptive_share": False, "source": 0.0, "teacher_dtype": chosen,
-                                "source_read": False}
+                                "adaptive_share": False, "source": 1.0, "teacher_dtype": chosen,
+                                "source_read": False}  # the replay is on, but English is cut as before: nothing read
     card = vocabshift.model_card(model, language="ru", license="mit", base_model="org/tiny").text
-    whole = f'"source": 0.0, "teacher_dtype": {json.dumps(chosen)}, "source_read": false}}'  # the objective's end
+    whole = f'"source": 1.0, "teacher_dtype": {json.dumps(chosen)}, "source_read": false}}'  # the objective's end
     assert whole in card
 
 

@@ -109,7 +109,7 @@ def test_replay_moves_probability_off_new_tokens_in_the_source(tokenizers_en, sa
 def test_source_weight_is_checked():
     with pytest.raises(InvalidArgumentError, match="source=-1"):
         DistillationWeights(source=-1)
-    assert DistillationWeights().source == 0 == DistillationWeights.next_token_only().source  # opt-in
+    assert DistillationWeights().source == 1 and DistillationWeights.next_token_only().source == 0
 
 
 def test_replay_is_skipped_where_the_source_is_cut_as_before(tokenizers_en, tokenizers_ru, same_script, en_lines):
@@ -125,4 +125,5 @@ def test_source_texts_without_the_weight_are_refused(tokenizers_en, same_script,
     with pytest.raises(InvalidArgumentError, match="source_texts is given but weights.source is 0"):
         DistillationTrainer(model=model, args=args, train_dataset=en_lines[:8], processing_class=tokenizer,
                             teacher_tokenizer=source, source_texts=en_lines[:20],
+                            weights=DistillationWeights(source=0.0),
                             callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])

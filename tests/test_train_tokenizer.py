@@ -91,6 +91,26 @@ def test_same_script_target_is_measured_warned_and_can_be_kept_exact(tokenizers_
     assert report["tokens_added"] > 0
 
 
+def test_target_texts_keep_the_source_segmentation_unless_told_not_to(tokenizers_en, en_lines, en_held):
+    """With target_texts, extend mode leaves out the new tokens that are not the target's (here English tokens,
+    judged by the lines they were trained on against held-out ones: most are not); keep_source_segmentation=False
+    keeps them."""
+    old = tokenizers_en["bytelevel"]
+    new = vocabshift.train_tokenizer(en_lines, like=old, vocab_size=1500)
+    records = {}
+    for keep in (None, False):
+        model = make_model("qwen2-tied", old)
+        model.extend_vocabulary(new, source_tokenizer=old, source_texts=en_held, target_texts=en_lines,
+                                keep_source_segmentation=keep)
+        records[keep] = vocabshift.get_record(model)
+    assert records[None].keep_source_segmentation and not records[False].keep_source_segmentation
+    kept, full = records[None].tokenizer_report, records[False].tokenizer_report
+    assert kept["tokens_dropped_for_source"] > 0 == full["tokens_dropped_for_source"]
+    assert kept["source_lines_changed"] < full["source_lines_changed"] / 2
+    assert "--keep-source-segmentation" not in records[None].command  # on with --target-texts
+    assert records[False].command[-1] == "--no-keep-source-segmentation"
+
+
 def test_source_text_options_are_checked(tokenizers_en, tokenizers_ru):
     model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
     with pytest.raises(CorpusError, match="source_texts is a str"):

@@ -92,9 +92,9 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--max-shard-size", type=shard_size, help="largest safetensors shard to write (e.g. 2GB)"),
     arg("--source-texts", help="source-language lines (.txt or .txt.xz) whose segmentation is checked (default: "
         "1,500 English lines shipped with vocabshift)"),
-    arg("--keep-source-segmentation", action="store_true",
+    arg("--keep-source-segmentation", action=argparse.BooleanOptionalAction, default=None,
         help="leave out new tokens that change how the source-language lines are cut (same-script targets); with "
-             "--target-texts only those not clearly the target language's"),
+             "--target-texts only those not clearly the target language's (default: on with --target-texts)"),
     arg("--target-texts", help="target-language lines (.txt or .txt.xz) for --keep-source-segmentation and the "
         "tokens-per-word figures of the record"),
 )

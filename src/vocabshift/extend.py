@@ -70,7 +70,7 @@ def extend_vocabulary(
     pad_to_multiple_of: int | None = None,
     seed: int = 0,
     source_texts: Sequence[str] | None = None,
-    keep_source_segmentation: bool = False,
+    keep_source_segmentation: bool | None = None,
     target_texts: Sequence[str] | None = None,
     **method_options: Any,
 ) -> Tokenizer:
@@ -90,12 +90,14 @@ def extend_vocabulary(
         seed (`int`, defaults to 0): seed of every random draw; the same seed gives bit-identical rows.
         source_texts (`Sequence[str]`, *optional*): source-language lines whose segmentation extend mode must not
             change; defaults to 1,500 English lines shipped with vocabshift. The share of them cut differently is
-            recorded (`record.tokenizer_report`) and, when not zero, warned about.
-        keep_source_segmentation (`bool`, defaults to `False`): for a target language written in the source's
-            script (extend mode): leave out the new tokens that change how a line of `source_texts` is cut; with
-            `target_texts`, only those that are not clearly the target language's (at least four times as frequent
-            per token in `target_texts` as in `source_texts`, with the tokens built from them), which keeps most of
-            the target's gain.
+            recorded (`record.tokenizer_report`) and, when not zero, warned about. The more lines, the more of the
+            new tokens that would cut the source language differently are seen (tens of thousands find most).
+        keep_source_segmentation (`bool`, *optional*): for a target language written in the source's script (extend
+            mode): leave out the new tokens that change how a line of `source_texts` is cut; with `target_texts`,
+            only those that are not clearly the target language's (at least four times as frequent per token in
+            `target_texts` as in `source_texts`, with the tokens built from them), which keeps most of the target's
+            gain. Defaults to True when `target_texts` is given in extend mode (keeping the source language's
+            segmentation for the target costs the target next to nothing), else False.
         target_texts (`Sequence[str]`, *optional*): target-language lines, for `keep_source_segmentation` and for the
             tokens-per-word figures of `record.tokenizer_report`.
         **method_options: options of the method's config dataclass (e.g. `input_weighting="char_length"`).
@@ -118,6 +120,8 @@ def extend_vocabulary(
     """
     spec = get_method(method)
     config = build_config(spec, method_options)
+    if keep_source_segmentation is None:
+        keep_source_segmentation = target_texts is not None and mode == "extend"
     _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
     call = _Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
                  target_texts is not None, _label(new_tokenizer), _summary(method_options))
@@ -131,7 +135,7 @@ def extend_vocabulary(
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts, target_texts=target_lines,
                                           keep_source_segmentation=keep_source_segmentation)
-        _warn_source_changes(report, source_texts is None)
+        _warn_source_changes(report, source_texts is None, keep_source_segmentation)
     else:
         target = replacement_tokenizer(source, new)
     alignment = align(source, target, keep_source_ids=mode == "extend", new=new)
@@ -164,13 +168,17 @@ def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_
     check_count(seed, name="seed", minimum=0, accepted="a non-negative int")
 
 
-def _warn_source_changes(report: MergeReport, shipped: bool) -> None:
+def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None:
     if report.source_lines_changed:
+        advice = ("more source_texts=[...] lines of the model's main language find more of the new tokens that are "
+                  "not the target's" if kept else "pass target_texts=[...] with target-language lines to leave out "
+                  "the new tokens that are not clearly the target language's (keep_source_segmentation=True "
+                  "without them leaves out all that change a line)")
         logger.warning(
             "The extended tokenizer cuts %.1f%% of %d %s source-language lines differently from the model's own "
-            "tokenizer (new tokens in the source's script). Pass keep_source_segmentation=True to leave out the new "
-            "tokens that do, or source_texts=[...] with lines of the model's main language.",
+            "tokenizer (new tokens in the source's script), which costs the model some of that language: %s.",
             100 * report.source_lines_changed, report.source_lines_checked, "shipped English" if shipped else "given",
+            advice,
         )
 
 

@@ -283,4 +283,6 @@ def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: 
         words += ["--source-texts", "path/to/source-texts.txt"]
     if target_texts:
         words += ["--target-texts", "path/to/target-texts.txt"]
-    return words + ["--keep-source-segmentation"] * keep_source_segmentation
+    if keep_source_segmentation != target_texts:  # --target-texts alone turns it on
+        words.append("--keep-source-segmentation" if keep_source_segmentation else "--no-keep-source-segmentation")
+    return words

@@ -65,7 +65,8 @@ class DistillationWeights:
             better than the teacher (`TeacherSchedule`).
         source (`float`): the student's next-token loss on one sequence of source-language text per step, read at
             the output head only (`source_replay.py`): keeps new tokens from taking the source language's
-            probability. Used by `DistillationTrainer`; off (0) by default.
+            probability. Used by `DistillationTrainer`, which reads the source text only where the new tokens cut
+            it differently.
 
     Why the default: `next_piece` + `piece_tree` + `next_token` + `hidden` is the combination that measured best per
     training step where the original model knows the language (README "Distillation"): `piece_tree` teaches the
@@ -76,10 +77,11 @@ class DistillationWeights:
     cross-entropy. So the teacher counts only where it still knows better (`gate`), and reads less as its lead
     shrinks (`adaptive_share`), down to almost nothing once the student has caught up. The teacher reads the longer
     old tokenization, so reading every sequence costs more than the cross-entropy step itself; a quarter keeps most
-    of the gain per step at a fraction of that cost (figures: README, benchmarks/bench_languages.py). `source` is
-    off: where the new tokens share the source's script it gives back part of the source language's bits per byte,
-    but the larger part of that loss comes from the new cuts of source words, which only the vocabulary
-    (`keep_source_segmentation`) avoids, and the replay's forward costs a sizeable share of a step.
+    of the gain per step at a fraction of that cost (figures: README, benchmarks/bench_languages.py). `source` is on:
+    where the new tokens share the source's script, the larger part of the source language's loss comes from new
+    cuts of source words, which only the vocabulary avoids (`extend_vocabulary(target_texts=...)`), but the tokens
+    kept for the target still take some of the source's next-token probability, which the replay gives back for a
+    small share of a step; where they are of another script it reads nothing and costs nothing.
     """
 
     hidden: float = 1.0
@@ -91,7 +93,7 @@ class DistillationWeights:
     teacher_share: float = 0.25
     gate: bool = True
     adaptive_share: bool = True
-    source: float = 0.0
+    source: float = 1.0
 
     def __post_init__(self) -> None:
         for name in (*_OBJECTIVES, "source"):
@@ -115,8 +117,9 @@ class DistillationWeights:
 
     @classmethod
     def next_token_only(cls) -> DistillationWeights:
-        """Plain next-token cross-entropy, every teacher objective off (the teacher never runs): the baseline."""
-        return cls(hidden=0, chunk=0.0, next_piece=0, piece_tree=0, next_token=1)
+        """Plain next-token cross-entropy, every teacher objective and the replay off (the teacher never runs): the
+        baseline."""
+        return cls(hidden=0, chunk=0.0, next_piece=0, piece_tree=0, next_token=1, source=0.0)
 
     @property
     def uses_teacher(self) -> bool:

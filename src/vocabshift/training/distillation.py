@@ -77,8 +77,8 @@ def _source_replay(weights: DistillationWeights, tokenizer: Any, teacher_tokeniz
     if not weights.source:
         if texts is not None:
             raise InvalidArgumentError(
-                "source_texts is given but weights.source is 0, so nothing would read them: pass "
-                "weights=DistillationWeights(source=1.0) (CLI: --source-weight 1), or leave source_texts out."
+                "source_texts is given but weights.source is 0, so nothing would read them: leave weights.source at "
+                "its default (1.0; CLI: --source-weight 1), or leave source_texts out."
             )
         return None
     replay = SourceReplay(tokenizer, texts, max_length=max_length)
