@@ -63,10 +63,10 @@ class DistillationWeights:
         adaptive_share (`bool`): the teacher reads fewer sequences, and its objectives weigh less, as the student
             closes the teacher's lead on the next piece, and almost none once the student models the whole text
             better than the teacher (`TeacherSchedule`).
-        source (`float`): the student's next-token loss on one sequence of source-language text per step, read at
-            the output head only (`source_replay.py`): keeps new tokens from taking the source language's
-            probability. Used by `DistillationTrainer`, which reads the source text only where the new tokens cut
-            it differently.
+        source (`float`): the student's next-token loss on one sequence of source-language text every fourth loss
+            (weighted 4 times), read at the output head only (`source_replay.py`): keeps new tokens from taking the
+            source language's probability. Used by `DistillationTrainer`, which reads the source text only where
+            the new tokens cut it differently.
 
     Why the default: `next_piece` + `piece_tree` + `next_token` + `hidden` is the combination that measured best per
     training step where the original model knows the language (README "Distillation"): `piece_tree` teaches the

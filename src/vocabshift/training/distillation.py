@@ -24,7 +24,7 @@ from .distill_data import DistillationCollator
 from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
 from .resume import plain_checkpoint_error
-from .source_replay import SourceReplay, source_loss
+from .source_replay import READ_EVERY, SourceReplay, source_loss
 from .teacher import Teacher
 from .teacher_schedule import TeacherSchedule
 
@@ -178,9 +178,9 @@ class DistillationTrainer(Trainer):
         targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, count=count)
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
                                         tree=self.tree, count=count)
-        if self.source is not None:
+        if self.source is not None and self.source.due():
             source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
-            loss, parts["source"] = loss + self.weights.source * source, source.item()
+            loss, parts["source"] = loss + self.weights.source * READ_EVERY * source, source.item()
         self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)

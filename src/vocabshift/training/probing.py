@@ -38,8 +38,8 @@ from .teacher_schedule import TeacherSchedule
 
 __all__ = ["ProbeResult", "probe"]
 
-_OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),
-               "distillation": DistillationWeights()}
+_OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),  # probe's loop reads no source text:
+               "distillation": DistillationWeights(source=0.0)}  # its report says so
 
 
 @dataclass(frozen=True)

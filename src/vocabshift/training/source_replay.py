@@ -2,8 +2,8 @@
 
 Embedding-only training on target text teaches the new rows where they belong, but nothing tells them where they do
 not: a new row composed from old pieces starts with its pieces' logit prior and keeps part of the probability of the
-source language's next tokens, which costs the model its English. `SourceReplay` gives the student one sequence of
-source-language text per step (the English lines shipped with vocabshift unless told otherwise), cut by its own
+source language's next tokens, which costs the model its English. `SourceReplay` gives the student sequences of
+source-language text (the English lines shipped with vocabshift unless told otherwise), cut by its own
 tokenizer, and `source_loss` scores it with the input embeddings' output detached: the body runs without a graph
 (no backward through it), and the loss trains the rows only as outputs, there where they compete with the source
 language's tokens. It costs one forward of one sequence and the head's backward.
@@ -20,11 +20,13 @@ from ..corpus import source_lines
 from ..errors import CorpusError
 from .distill_data import pack_texts, prefix_id
 
-__all__ = ["SourceReplay", "source_loss"]
+__all__ = ["READ_EVERY", "SourceReplay", "source_loss"]
+
+READ_EVERY = 4
 
 
 class SourceReplay:
-    """The source-language sequences the student reads, one per step, in order and then again from the start.
+    """The source-language sequences the student reads, one per read, in order and then again from the start.
 
     Args:
         tokenizer: the student's tokenizer.
@@ -46,6 +48,12 @@ class SourceReplay:
         if not self.sequences:
             raise CorpusError("source_texts give no token: pass source-language lines with text in them.")
         self._next = 0
+        self._calls = 0
+
+    def due(self) -> bool:
+        """Whether this loss reads a sequence: the first of every `READ_EVERY` calls (every process calls alike)."""
+        self._calls += 1
+        return (self._calls - 1) % READ_EVERY == 0
 
     def cut_differently(self, teacher_tokenizer: Any) -> bool:
         """Whether the original tokenizer cuts the source text otherwise: new tokens in the source's script (or a
