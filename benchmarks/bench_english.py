@@ -15,9 +15,7 @@ The difference between `adapted` and `old cuts` is what the new cuts of English 
 held-out English lines the extended tokenizer cuts differently, and how many tokens `keep_source_segmentation`
 leaves out. With `--steps N`, `adapted` and `old cuts` again after N steps of `DistillationTrainer`'s default
 objective before the recipe on the language (bench_languages.py's `default, full vocabulary, no replay` arm, seed 0):
-what training leaves of each part. And the recipe's vocabularies (`target_texts=` the language's training lines,
-judged against the 1,500 shipped English lines or the English corpus's 57,708 training lines): tokens kept, held-out
-English lines cut differently and English before training.
+what training leaves of each part.
 
     python benchmarks/bench_english.py [--languages ru de vi] [--steps 100]
 
@@ -40,30 +38,24 @@ from vocabshift.training.evaluation import eval_mode
 RESULTS = Path(__file__).parent / "results"
 
 
-VARIANTS = {  # name: extend_vocabulary options of a vocabulary kept for English (besides the full one)
-    "keep_source_segmentation": lambda setting: {"keep_source_segmentation": True},
-    "for the target, shipped English": lambda setting: {"target_texts": setting["train"]},
-    "for the target, 57,708 English lines": lambda setting: {"target_texts": setting["train"],
-                                                             "source_texts": setting["english_train"]},
-}
-
-
 def measure(setting, steps: int) -> dict:
     """The English figures of one language (see the module docstring)."""
     source, english, base = setting["source"], setting["english"], setting["base"]
     row = {"original": setting["original"]["english"]}
-    for name, options in {"adapted": lambda setting: {}, **VARIANTS}.items():
+    for keep in (False, True):
         model = copy.deepcopy(base)
         tokenizer = model.extend_vocabulary(setting["new"], method="subword", source_tokenizer=source,
-                                            **options(setting))
+                                            keep_source_segmentation=keep)
         with eval_mode(model):
-            row[name] = bits_per_byte(model, tokenizer, english)
-            if name == "adapted":
-                row["old cuts"] = bits_per_byte(model, source, english)
-        row.setdefault("tokens_kept", {})[name] = len(tokenizer) - len(source)
-        row.setdefault("lines_changed", {})[name] = sum(source(line)["input_ids"] != tokenizer(line)["input_ids"]
-                                                        for line in english)
-    row["tokens"], row["lines_cut_differently"] = row["tokens_kept"]["adapted"], row["lines_changed"]["adapted"]
+            if keep:
+                row["keep_source_segmentation"] = bits_per_byte(model, tokenizer, english)
+                row["tokens_kept"] = len(tokenizer) - len(source)
+                continue
+            row["adapted"] = bits_per_byte(model, tokenizer, english)
+            row["old cuts"] = bits_per_byte(model, source, english)
+        row["tokens"] = len(tokenizer) - len(source)
+        row["lines_cut_differently"] = sum(source(line)["input_ids"] != tokenizer(line)["input_ids"]
+                                           for line in english)
     if steps:
         trained = train_arm(setting, "default, full vocabulary, no replay", [steps], seed=0, keep_model=True)
         model, tokenizer = trained["model"], trained["tokenizer"]
@@ -78,34 +70,18 @@ def write(rows: dict[str, dict]) -> None:
              "English held-out bits per byte (200 lines), as a ratio to the untrained original's "
              "(benchmarks/bench_english.py; SmolLM2-135M-Instruct, extend, `subword`, 16k tokenizers).", "",
              "| language | new tokens | English lines cut differently | adapted | old cuts (probability on new "
-             "tokens only) | new cuts of English words |", "|---|---|---|---|---|---|"]
+             "tokens only) | new cuts of English words | keep_source_segmentation (tokens kept) |",
+             "|---|---|---|---|---|---|---|"]
     for language, row in rows.items():
-        ratio = {name: row[name] / row["original"] for name in ("adapted", "old cuts")}
+        ratio = {name: row[name] / row["original"] for name in ("adapted", "old cuts", "keep_source_segmentation")}
         lines.append(f"| {language} | {row['tokens']:,} | {row['lines_cut_differently']} of 200 | "
-                     f"{ratio['adapted']:.4f} | {ratio['old cuts']:.4f} | {ratio['adapted'] / ratio['old cuts']:.4f} |")
+                     f"{ratio['adapted']:.4f} | {ratio['old cuts']:.4f} | {ratio['adapted'] / ratio['old cuts']:.4f}"
+                     f" | {ratio['keep_source_segmentation']:.4f} ({row['tokens_kept']:,}) |")
     lines += ["", f"The original model's English: {next(iter(rows.values()))['original']:.4f} bits per byte."]
-    lines += _kept_table(rows)
     lines += _trained_table(rows)
     (RESULTS / "english.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (RESULTS / "english.json").write_text(json.dumps(rows, indent=1) + "\n")
     print("\n".join(lines), flush=True)
-
-
-def _kept_table(rows: dict[str, dict]) -> list[str]:
-    """The vocabularies kept for English: tokens added, held-out English lines cut differently, English before
-    training as a ratio to the original's (runs from before these were measured: left out)."""
-    measured = {language: row for language, row in rows.items() if "lines_changed" in row}
-    if not measured:
-        return []
-    lines = ["", "Vocabularies kept for English, before training: new tokens, held-out English lines cut differently "
-             "(of 200), English x the original's (`for the target`: `target_texts=` the language's training lines, "
-             "which turns `keep_source_segmentation` on, judged against the English lines named):", "",
-             "| language | " + " | ".join(["adapted (full)", *VARIANTS]) + " |", "|---|" + "---|" * (len(VARIANTS) + 1)]
-    for language, row in measured.items():
-        cells = [f"{row['tokens_kept'][name]:,} / {row['lines_changed'][name]} / {row[name] / row['original']:.4f}"
-                 for name in ("adapted", *VARIANTS)]
-        lines.append(f"| {language} | " + " | ".join(cells) + " |")
-    return lines
 
 
 def _trained_table(rows: dict[str, dict]) -> list[str]:
