@@ -38,7 +38,8 @@ from vocabshift.export.llama_cpp import LLAMA_CPP_PYTHON, cached_converter, conv
 from vocabshift.testing.corpora import smollm2
 from vocabshift.testing.real_tokenizers import real_tokenizer_dir
 
-TINY = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+TINY = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+            head_dim=8)
 BUILDERS = {"smollm2": (LlamaConfig, LlamaForCausalLM, True), "llama3": (LlamaConfig, LlamaForCausalLM, False),
             "qwen3": (Qwen3Config, Qwen3ForCausalLM, False)}
 

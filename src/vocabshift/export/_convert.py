@@ -12,6 +12,7 @@ folder's own tokenizer, as the converter does). Importing this module imports no
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ _LOOKUP = "get_vocab_base_pre"
 
 def main(argv: list[str]) -> None:
     converter_dir, original, *arguments = argv
-    sys.path[0] = converter_dir  # instead of this file's folder, whose modules must not shadow the converter's
+    here = os.path.dirname(os.path.abspath(__file__))  # its modules (gguf.py) must not shadow the converter's
+    sys.path[:] = [converter_dir, *(path for path in sys.path if os.path.abspath(path or ".") != here)]
     import convert_hf_to_gguf  # llama.cpp's script, from converter_dir
 
     owner = _lookup_owner(convert_hf_to_gguf)
