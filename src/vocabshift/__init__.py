@@ -12,6 +12,7 @@ from . import methods
 from ._typing import Tokenizer, TokenizerLike
 from ._version import __version__
 from .errors import VocabShiftError
+from .export import export_gguf
 from .extend import extend_vocabulary
 from .hub import model_card, push_to_hub
 from .inspection import inspect_folder
@@ -49,6 +50,7 @@ __all__ = [
     "__version__",
     "align",
     "evaluate",
+    "export_gguf",
     "extend_vocabulary",
     "get_method",
     "get_record",

@@ -7,6 +7,7 @@ Each error subclasses `VocabShiftError` and the built-in exception it refines, s
 from __future__ import annotations
 
 __all__ = [
+    "ConversionError",
     "CorpusError",
     "HelperModelError",
     "IncompatibleTokenizerError",
@@ -14,6 +15,7 @@ __all__ = [
     "InvalidArgumentTypeError",
     "InvalidTokenizerError",
     "LineageError",
+    "LlamaCppError",
     "MethodOptionError",
     "MethodResultError",
     "ModelFolderError",
@@ -27,6 +29,7 @@ __all__ = [
     "TokenizerMismatchError",
     "TrainingSetupError",
     "UnknownMethodError",
+    "UnknownPreTokenizerError",
     "UnsafeWeightsError",
     "UnsupportedModelError",
     "UnsupportedTokenizerError",
@@ -139,3 +142,15 @@ class WordVectorsNotFoundError(WordVectorsError, FileNotFoundError):
 
 class HelperModelError(VocabShiftError, ValueError):
     """A helper model has no input embeddings or its vocabulary does not match the new tokenizer."""
+
+
+class LlamaCppError(VocabShiftError, OSError):
+    """llama.cpp's converter cannot be found at the given path, or its source distribution cannot be fetched."""
+
+
+class ConversionError(VocabShiftError, RuntimeError):
+    """llama.cpp's converter failed on a model folder (its last lines of output are in the message)."""
+
+
+class UnknownPreTokenizerError(VocabShiftError, ValueError):
+    """llama.cpp does not know a model's pre-tokenizer, so its GGUF could not be tokenized as transformers does."""
