@@ -146,7 +146,7 @@ def test_probe_compares_objectives_on_identical_batches(tokenizers_en, tokenizer
     assert both.curves["subword / next_token"] == alone.curves["subword"]  # the same batches, whatever else runs
     assert both.curves["subword / distillation"][0] == alone.curves["subword"][0]
     assert both.curves["subword / distillation"][-1] != alone.curves["subword"][-1]
-    assert both.settings["objectives"]["distillation"] == vocabshift.DistillationWeights().to_dict()
+    assert both.settings["objectives"]["distillation"] == vocabshift.DistillationWeights(source=0.0).to_dict()
 
 
 def test_probe_without_matplotlib_fails_before_training(tokenizers_en, tokenizers_ru, monkeypatch, tmp_path):
