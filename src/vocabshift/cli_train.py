@@ -22,6 +22,7 @@ from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCal
 from .training.data import pack_blocks
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
+from .vocab.spm_file import save_sentencepiece
 
 __all__: list[str] = []
 
@@ -77,6 +78,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with atomic_folder(args.output_dir) as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        save_sentencepiece(tokenizer, folder)
         if curve:
             plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
                         title=f"Embedding-only CPT, rows={args.rows}")

@@ -38,6 +38,7 @@ from .vocab.ids import remap_token_ids
 from .vocab.load import fingerprint, load_tokenizer
 from .vocab.merge import MergeReport, merge_tokenizers
 from .vocab.replace import replacement_tokenizer
+from .vocab.spm_file import attach_sentencepiece
 
 __all__ = ["extend_vocabulary"]
 
@@ -103,7 +104,9 @@ def extend_vocabulary(
         **method_options: options of the method's config dataclass (e.g. `input_weighting="char_length"`).
 
     Returns:
-        The tokenizer that now matches the model; save it next to the model.
+        The tokenizer that now matches the model; save it next to the model with `vocabshift.save_pretrained_atomic`,
+        which also writes a `tokenizer.model` in step with it when the source tokenizer has a SentencePiece model
+        (transformers' `save_pretrained` writes tokenizer.json alone).
 
     Raises:
         `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError`, `InvalidTokenizerError`,
@@ -115,7 +118,7 @@ def extend_vocabulary(
         >>> import vocabshift
         >>> model = AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")
         >>> tokenizer = model.extend_vocabulary("ru-tokenizer/", method="subword")
-        >>> model.save_pretrained("out"); tokenizer.save_pretrained("out")
+        >>> vocabshift.save_pretrained_atomic(model, tokenizer, "out")
         ```
     """
     spec = get_method(method)
@@ -151,6 +154,7 @@ def extend_vocabulary(
     weights = assemble_weights(embeddings, alignment, result, num_rows, mode, len(source))
     tokenizers = {"source": source, "new": new, "target": target}
     record = _record(model, call, config, embeddings, tokenizers, alignment, result, report, num_rows)
+    attach_sentencepiece(source, target, mode=mode, lines=[*check_texts, *(target_lines or [])])
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from ._typing import Model, Tokenizer
 from .arguments import check_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError
+from .vocab.spm_file import save_sentencepiece
 
 __all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic"]
 
@@ -81,6 +82,10 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
                            max_shard_size: int | str | None = None) -> Path:
     """`model.save_pretrained` + `tokenizer.save_pretrained` into `folder`, atomically.
 
+    For a tokenizer with a SentencePiece model (Llama-2, Mistral, Gemma) the folder also gets a `tokenizer.model` in
+    step with its tokenizer.json (the one `extend_vocabulary` built, or the one it was loaded with), or none: never
+    one that holds another vocabulary (a warning says why it is left out).
+
     Args:
         model (`PreTrainedModel`): the model to save (safetensors, as transformers 5 always writes).
         tokenizer: its tokenizer, or None to save the model alone.
@@ -111,6 +116,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:
             tokenizer.save_pretrained(temporary)
+            save_sentencepiece(tokenizer, temporary)
     return Path(folder)
 
 

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..record import ExtensionRecord, find_record
 from ..save import atomic_file
+from ..vocab.spm_file import sentencepiece_mismatch
 from ._convert import UNKNOWN_PRE_TOKENIZER
 from .llama_cpp import converter_dir
 from .original import original_tokenizer
@@ -76,7 +77,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
         `InvalidArgumentError`: a bad `outtype` or `output_path`; replace mode without `source_tokenizer`;
             `source_tokenizer` for a folder without a record.
         `TokenizerMismatchError`: the original tokenizer (rebuilt or given) does not match the record, or the folder
-            holds a tokenizer.model of another size than its tokenizer (the converter would read that one).
+            holds a tokenizer.model whose pieces are not its tokenizer's vocabulary (the converter would read it).
         `UnknownPreTokenizerError`: llama.cpp does not know the pre-tokenizer, or the adapted tokenizer does not cut
             text as its original does.
         `LlamaCppError`: no converter at `llama_cpp`, or the download failed.
@@ -99,7 +100,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
                                    "pre-tokenizer).")
     _check_converter_needs()
     if record is not None:
-        _check_sentencepiece_file(folder, record)
+        _check_sentencepiece_file(folder)
     converter = converter_dir(llama_cpp)
     with tempfile.TemporaryDirectory(prefix="vocabshift-gguf-") as scratch:
         original = None if record is None else original_tokenizer(folder, record, Path(scratch) / "original",
@@ -136,19 +137,17 @@ def _check_converter_needs() -> None:
                           "pip install 'vocabshift[gguf]'")
 
 
-def _check_sentencepiece_file(folder: Path, record: ExtensionRecord) -> None:
-    """A tokenizer.model beside tokenizer.json holds the same number of pieces: llama.cpp's converter reads it
-    first (Llama-2, Mistral, Gemma), so one left from the source model would put the old vocabulary in the GGUF."""
-    import sentencepiece
-
-    if not (folder / "tokenizer.model").is_file():
-        return
-    pieces = sentencepiece.SentencePieceProcessor(model_file=str(folder / "tokenizer.model")).get_piece_size()
-    if pieces != record.new_vocab_size:
+def _check_sentencepiece_file(folder: Path) -> None:
+    """A tokenizer.model beside tokenizer.json holds its vocabulary: llama.cpp's converter reads it first (Llama-2,
+    Mistral, Gemma), so one left from the source model would put the old vocabulary in the GGUF. vocabshift's own
+    saves write one in step or none."""
+    reason = sentencepiece_mismatch(folder)
+    if reason is not None:
         raise TokenizerMismatchError(
-            f"model_dir={str(folder)!r} holds a tokenizer.model of {pieces:,} pieces beside a tokenizer.json of "
-            f"{record.new_vocab_size:,} tokens; llama.cpp's converter would read the tokenizer.model and write the "
-            "wrong vocabulary. Convert a copy of the folder without tokenizer.model.")
+            f"model_dir={str(folder)!r} holds a tokenizer.model that disagrees with its tokenizer.json ({reason}); "
+            "llama.cpp's converter would read the tokenizer.model and write the wrong vocabulary. Save the folder "
+            "with vocabshift.save_pretrained_atomic (which writes a tokenizer.model in step, or none), or convert a "
+            "copy of the folder without tokenizer.model.")
 
 
 def _convert(converter: Path, folder: Path, original: Path | None, output: Path, options: list[str]) -> None:

@@ -71,8 +71,10 @@ def rebuild_original(state: dict[str, Any], old_vocab_size: int) -> dict[str, An
         model["vocab"] = model["vocab"][:old_vocab_size]
     else:
         model["vocab"] = {token: i for token, i in model["vocab"].items() if i < old_vocab_size}
-    if model["type"] == "BPE":
-        model["merges"] = model["merges"][:_old_merges(model)]
+    if model["type"] == "BPE":  # (a tokenizer converted from SentencePiece has new merges among the old: `_splits`)
+        kept = model["merges"][:_old_merges(model)]
+        model["merges"] = [merge for merge, (left, right) in zip(kept, merge_pairs({"merges": kept}))
+                           if left in model["vocab"] and right in model["vocab"]]
     state["added_tokens"] = [entry for entry in state.get("added_tokens", []) if entry["id"] < old_vocab_size]
     return state
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -16,9 +17,13 @@ from huggingface_hub.utils import validate_repo_id
 from ..arguments import check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError, UnsafeWeightsError
 from ..headers import check_folder_files
+from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
+from ..vocab.spm_file import sentencepiece_mismatch
 from .card import model_card
 
 __all__ = ["check_repo_id", "check_revision", "push_to_hub"]
+
+logger = logging.getLogger(__name__)
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
@@ -42,7 +47,9 @@ def push_to_hub(
     re-save with another shard count) are deleted in the same commit, which is based on the revision's current head
     so that a concurrent push makes it fail rather than mix files. When the folder has no `README.md`, a card is
     generated from the ExtensionRecord (`vocabshift.model_card`) and committed; the folder is not modified. Hidden
-    files and folders are skipped. The token is sent to the Hub only, never logged.
+    files and folders are skipped, and so is a tokenizer.model that disagrees with tokenizer.json (with a warning;
+    the repo's own tokenizer.model is deleted when none is uploaded beside a tokenizer.json). The token is sent to
+    the Hub only, never logged.
 
     Args:
         folder (`str | os.PathLike`): a folder written by `save_pretrained` (config.json and `*.safetensors`).
@@ -73,7 +80,7 @@ def push_to_hub(
     """
     _check_arguments(folder, repo_id, private, token, revision, commit_message)
     folder = Path(folder)
-    files = _files(folder)
+    files = _without_stale_sentencepiece(folder, _files(folder))
     _check_folder(folder, files)
     check_folder_files(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
@@ -94,13 +101,26 @@ def push_to_hub(
 
 def _operations(folder: Path, files: list[str], card: bytes | None,
                 remote: list[str]) -> list[CommitOperationAdd | CommitOperationDelete]:
-    """Add every file (and the generated card); delete the repo's safetensors files the folder no longer has."""
+    """Add every file (and the generated card); delete the repo's safetensors files the folder no longer has, and
+    its tokenizer.model when the folder has a tokenizer.json but none (it would disagree with the new one)."""
     operations: list[CommitOperationAdd | CommitOperationDelete] = [
         CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(folder / path)) for path in files]
     if card is not None:
         operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card))
+    stale = [*_WEIGHT_PATTERNS, *([SENTENCEPIECE_FILE] if "tokenizer.json" in files else [])]
     return operations + [CommitOperationDelete(path_in_repo=path) for path in remote
-                         if path not in files and any(fnmatch.fnmatch(path, p) for p in _WEIGHT_PATTERNS)]
+                         if path not in files and any(fnmatch.fnmatch(path, p) for p in stale)]
+
+
+def _without_stale_sentencepiece(folder: Path, files: list[str]) -> list[str]:
+    """`files` without a tokenizer.model that disagrees with the tokenizer.json beside it (said with a warning)."""
+    reason = sentencepiece_mismatch(folder) if SENTENCEPIECE_FILE in files else None
+    if reason is None:
+        return files
+    logger.warning("%s is left out of the upload: it disagrees with tokenizer.json (%s), and sentencepiece, slow "
+                   "tokenizers and llama.cpp's converter would read the wrong vocabulary from it. Save the folder "
+                   "with vocabshift.save_pretrained_atomic to write one in step.", folder / SENTENCEPIECE_FILE, reason)
+    return [path for path in files if path != SENTENCEPIECE_FILE]
 
 
 def _files(folder: Path) -> list[str]:

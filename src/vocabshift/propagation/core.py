@@ -21,6 +21,7 @@ from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
+from ..vocab.spm_file import save_sentencepiece
 from .checks import Model, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
@@ -102,6 +103,7 @@ def propagate(
         models, tokenizer, plan, fits = _stream(models, headers, method, record, folder, hardlink)
         entry = _entry(models, method, fits, plan, options, target)
         tokenizer.save_pretrained(folder)
+        save_sentencepiece(tokenizer, folder, like=models["adapted"].tokenizer)
         write_configs(folder, models["instruct"], record, entry, tokenizer, plan.rows)
         write_license_files(folder, models["instruct"].source)
     return target

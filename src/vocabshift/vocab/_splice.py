@@ -10,7 +10,8 @@ from typing import Any
 
 from tokenizers import models
 
-__all__ = ["append_unigram", "append_wordpiece", "built_from", "drop_pieces", "merge_pairs", "next_id", "splice_bpe"]
+__all__ = ["append_unigram", "append_wordpiece", "built_from", "drop_pieces", "drop_unreachable", "merge_pairs",
+           "next_id", "splice_bpe"]
 
 
 def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
@@ -93,6 +94,14 @@ def _unreachable(state: dict[str, Any], pieces: list[str]) -> dict[str, list[str
         if produced != [piece]:
             result[piece] = produced
     return result
+
+
+def drop_unreachable(state: dict[str, Any], *, first_new_id: int) -> int:
+    """Drop the new BPE pieces that the model does not produce from their own text; return how many."""
+    pieces = [piece for piece, index in state["model"]["vocab"].items() if index >= first_new_id]
+    dead = set(_unreachable(state, pieces))
+    drop_pieces(state, dead, first_new_id=first_new_id)
+    return len(dead)
 
 
 def _repair(state: dict[str, Any], pieces: list[str], allowed: Callable[[str], bool]) -> set[str]:

@@ -1,8 +1,9 @@
 """Merge a new tokenizer into an old one (extend mode): old ids kept, new tokens appended inside the model.
 
 New tokens become part of the tokenizer's model, not AddedTokens (which bypass merges and slow tokenization down):
-BPE gets the new merges spliced after the old ones, Unigram gets new pieces with their scores, WordPiece gets new
-vocabulary entries. The old normalizer, pre-tokenizer, post-processor, decoder, added tokens and chat template
+BPE gets the new merges spliced after the old ones (a tokenizer converted from SentencePiece gets a merge for every
+split of a new piece, as its old pieces have: `_splits`), Unigram gets new pieces with their scores, WordPiece gets
+new vocabulary entries. The old normalizer, pre-tokenizer, post-processor, decoder, added tokens and chat template
 stay. For BPE, new tokens that the merged merge table can never produce are repaired when one merge suffices and
 dropped otherwise, so that every added token is reachable. Source-language text is cut as before: by construction
 when the new tokens' script differs from the old vocabulary's, and on request (`keep_source_segmentation`) by
@@ -26,7 +27,8 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
-from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, next_id, splice_bpe
+from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, drop_unreachable, next_id, splice_bpe
+from ._splits import add_every_split, has_every_split
 from .forms import Family, TokenForm, backend_state, detect_family, native_bytes, native_string, token_forms
 from .load import load_tokenizer
 from .stats import bound_to_script, changed_share, dominant_script, tokens_per_word
@@ -125,7 +127,7 @@ def merge_tokenizers(
         if kind == "BPE":
             allowed = (lambda native: True) if target is None else functools.partial(
                 _native_bound, family=family, target=target)
-            dropped = splice_bpe(state, new_state, natives, wanted, allowed)
+            dropped = _splice_bpe(state, new_state, natives, wanted, allowed, family)
         elif kind == "Unigram":
             dropped = append_unigram(state, new_state, natives, wanted)
         else:
@@ -148,6 +150,19 @@ def rebuild_tokenizer(like: Any, state: dict[str, Any]) -> Any:
         like.save_pretrained(folder)
         Path(folder, "tokenizer.json").write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
         return AutoTokenizer.from_pretrained(folder)
+
+
+def _splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[str, str], wanted: set[str],
+                allowed: Any, family: Family) -> int:
+    """`splice_bpe`, keeping the convention of a tokenizer converted from SentencePiece (a merge for every split of
+    every piece, `_splits`) where the old tokenizer has it."""
+    every = family == "sentencepiece" and has_every_split(state["model"])
+    old_merges, first_new_id = len(state["model"]["merges"]), next_id(state)
+    dropped = splice_bpe(state, new_state, natives, wanted, allowed)
+    if every:
+        add_every_split(state["model"], old_merges, first_new_id)
+        dropped += drop_unreachable(state, first_new_id=first_new_id)
+    return dropped
 
 
 def _fertility(source: Any, merged: Any, target_texts: Any, source_texts: Any) -> tuple[Any, Any, Any]:
