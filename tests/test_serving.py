@@ -63,7 +63,7 @@ def test_the_default_rows_suit_tensor_parallelism(tokenizers_en, tokenizers_ru):
 def test_no_rounding_still_names_the_source_padding_rows(tokenizers_en, tokenizers_ru):
     """The source's own padding rows that no new token took keep their values and get placeholder tokens."""
     family = ARCHITECTURES["qwen2-tied"][0]
-    model = make_model("qwen2-tied", tokenizers_en[family], extra_rows=2000)
+    model = make_model("qwen2-tied", tokenizers_en[family], extra_rows=1000)
     old = model.get_input_embeddings().weight.detach().clone()
     tokenizer = model.extend_vocabulary(tokenizers_ru[family], source_tokenizer=tokenizers_en[family],
                                         pad_to_multiple_of=None)
@@ -98,7 +98,7 @@ def test_inspect_finds_ids_without_a_token(saved):
     tokenizer["added_tokens"] = [entry for entry in tokenizer["added_tokens"] if entry["id"] < last - 2]
     (saved / "tokenizer.json").write_text(json.dumps(tokenizer))
     report = vocabshift.inspect_folder(saved)
-    expected = f"3 ids below config vocab_size {config['vocab_size']:,} have no token (first [{last - 2}, "
+    expected = f"ids below config vocab_size {config['vocab_size']:,} without a token: 3 (first [{last - 2}, "
     assert any(problem.startswith(expected) for problem in report.problems), report.problems
     del config["vocabshift"]
     (saved / "config.json").write_text(json.dumps(config))
@@ -112,6 +112,6 @@ def test_inspect_finds_a_tokenizer_model_out_of_step(saved):
                                              vocab_size=300, minloglevel=2)
     (saved / "tokenizer.model").write_bytes(model.getvalue())
     report = vocabshift.inspect_folder(saved)
-    assert any(problem.startswith("its tokenizer.model differs at id ") and
-               "delete it (tokenizer.json is the tokenizer) or write it again" in problem
+    assert any(problem.startswith("its tokenizer.model disagrees with tokenizer.json (it holds 300 pieces, ") and
+               "delete it (tokenizer.json is the tokenizer) or save the folder again" in problem
                for problem in report.problems), report.problems

@@ -11,18 +11,18 @@ Violations are problems in a folder vocabshift wrote (it keeps these invariants)
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._typing import Tokenizer
 from .errors import VocabShiftError
+from .vocab.spm_file import sentencepiece_mismatch
 
 if TYPE_CHECKING:
     from .inspection import Inspection
 
-__all__ = ["check_serving", "sentencepiece_disagreement"]
+__all__ = ["check_serving"]
 
 
 def check_serving(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None, *, gguf: bool) -> None:
@@ -32,45 +32,22 @@ def check_serving(report: Inspection, config: Any, tokenizer: Tokenizer, rows: i
     tokens = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
     missing = [i for i, token in enumerate(tokens) if token is None]
     if missing:
-        complain(f"{len(missing):,} ids below config vocab_size {vocab_size:,} have no token (first {missing[:5]}): "
-                 "a server that samples one (vLLM can) cannot decode it; extend_vocabulary names such rows with "
-                 "placeholder tokens")
+        complain(f"ids below config vocab_size {vocab_size:,} without a token: {len(missing):,} (first "
+                 f"{missing[:5]}); a server that samples one (vLLM can) cannot decode it: extend_vocabulary names "
+                 "such rows with placeholder tokens")
     shards = _largest_power_of_two(rows) if rows else 0
     report.facts.append(("serving", f"{vocab_size - len(missing):,} of {vocab_size:,} ids decode to a token; the "
                                     f"rows split evenly over up to {shards} tensor-parallel shards"))
     if rows and shards < 8:  # a choice (pad_to_multiple_of=1), not an inconsistency
         report.notes.append(f"{rows:,} rows split evenly over at most {shards} tensor-parallel shards: extend with "
-                 "pad_to_multiple_of=128 for any power of two up to 128")
-    disagreement = sentencepiece_disagreement(report.folder, tokenizer)
-    if disagreement is not None:
-        complain(disagreement)
+                            "pad_to_multiple_of=128 for any power of two up to 128")
+    mismatch = sentencepiece_mismatch(report.folder)
+    if mismatch is not None:
+        complain(f"its tokenizer.model disagrees with tokenizer.json ({mismatch}): sentencepiece, slow tokenizers "
+                 "and llama.cpp's converter read that file and would get another vocabulary; delete it "
+                 "(tokenizer.json is the tokenizer) or save the folder again with vocabshift.save_pretrained_atomic")
     if gguf:
         _check_gguf(report)
-
-
-def sentencepiece_disagreement(folder: Path, tokenizer: Tokenizer) -> str | None:
-    """Why the folder's tokenizer.model disagrees with `tokenizer` (its pieces and ids), or None when they agree or
-    there is none. Without the `sentencepiece` package the file cannot be read: that is said too."""
-    path = folder / "tokenizer.model"
-    if not path.is_file():
-        return None
-    if importlib.util.find_spec("sentencepiece") is None:
-        return "its tokenizer.model cannot be checked without sentencepiece: pip install sentencepiece"
-    import sentencepiece
-
-    try:
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
-    except (RuntimeError, OSError) as error:
-        return f"its tokenizer.model cannot be read ({error})"
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    tokens = tokenizer.convert_ids_to_tokens(list(range(len(pieces))))
-    differ = next((i for i, (piece, token) in enumerate(zip(pieces, tokens)) if piece != token), None)
-    if differ is None and len(pieces) == len(tokenizer):
-        return None
-    where = f"differs at id {differ} ({pieces[differ]!r} against {tokens[differ]!r})" if differ is not None else \
-        f"holds {len(pieces):,} pieces against the tokenizer's {len(tokenizer):,} tokens"
-    return (f"its tokenizer.model {where}: sentencepiece, slow tokenizers and llama.cpp's converter read that file "
-            "and would get another vocabulary; delete it (tokenizer.json is the tokenizer) or write it again")
 
 
 def _check_gguf(report: Inspection) -> None:
