@@ -96,7 +96,8 @@ def test_inspect_finds_problems_and_exits_with_1(base_folder, tokenizers_ru, tmp
     (folder / "config.json").write_text(json.dumps(config))
     result = run("inspect", str(folder), check=False)
     assert result.returncode == 1, result.stderr
-    assert "2 problem(s)" in result.stdout
+    assert "3 problem(s)" in result.stdout
+    assert f"ids below config vocab_size {config['vocab_size']:,} without a token: 1 (first " in result.stdout
     assert f"config vocab_size is {config['vocab_size']:,} but the embeddings have" in result.stdout
     assert "the record's special token ids" in result.stdout
 

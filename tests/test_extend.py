@@ -95,10 +95,10 @@ def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_r
     source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
     model = make_model("qwen2-tied", source, extra_rows=1000)
     old = model.get_input_embeddings().weight.detach().clone()
-    tokenizer = model.extend_vocabulary(new, source_tokenizer=source)
-    rows = model.get_input_embeddings().weight
-    assert rows.shape[0] == old.shape[0] > len(tokenizer)
-    assert torch.equal(rows[len(tokenizer):], old[len(tokenizer):])
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, pad_to_multiple_of=None)
+    rows, end = model.get_input_embeddings().weight, vocabshift.get_record(model).new_ids[-1] + 1
+    assert rows.shape[0] == old.shape[0] == len(tokenizer) > end  # the rows left get placeholder tokens
+    assert torch.equal(rows[end:], old[end:])
 
 
 @pytest.mark.parametrize("mode", ["extend", "replace"])
@@ -163,7 +163,9 @@ def test_record_describes_the_extension(tokenizers_en, tokenizers_ru):
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source, method="subword", input_weighting="max_char")
     record = vocabshift.get_record(model)
     assert record.method == "subword" and record.method_config["input_weighting"] == "max_char"
-    assert record.new_ids == list(range(len(source), len(tokenizer)))
+    assert record.new_ids == list(range(len(source), len(source) + len(record.new_ids)))
+    placeholders = tokenizer.convert_ids_to_tokens(list(range(record.new_ids[-1] + 1, len(tokenizer))))
+    assert all(token.startswith("<|vocabshift_unused_") for token in placeholders)  # the rows up to the multiple
     assert record.diagnostics["composed"] + record.diagnostics["copied"] + record.diagnostics["mean_fallback"] == len(
         record.new_ids
     )

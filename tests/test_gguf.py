@@ -228,3 +228,13 @@ def test_cli(converter, smollm2_folders, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"{output}: ") and metadata(output)["tokenizer.ggml.pre"] == "smollm"
     assert main(["gguf", str(smollm2_folders[1]), str(output), "--llama-cpp", str(tmp_path)]) == 1
     assert "holds no convert_hf_to_gguf.py" in capsys.readouterr().err
+
+
+def test_inspect_says_whether_a_folder_converts(converter, smollm2_folders, tmp_path):
+    report = vocabshift.inspect_folder(smollm2_folders[1], gguf=True)
+    assert report.ok and ("GGUF", "converts (llama.cpp's converter, vocabulary only)") in report.facts
+    russian_only = tmp_path / "russian"
+    vocabshift.save_pretrained_atomic(tiny("smollm2", len(russian("smollm2"))), russian("smollm2"), russian_only)
+    report = vocabshift.inspect_folder(russian_only, gguf=True)
+    assert any(problem.startswith("it does not convert to GGUF: llama.cpp (") for problem in report.problems)
+    assert "GGUF" not in dict(report.facts)

@@ -11,7 +11,10 @@ from .embeddings import Embeddings
 from .methods import InitResult
 from .vocab.align import Alignment
 
-__all__ = ["assemble_weights", "row_count"]
+__all__ = ["ROW_MULTIPLE", "assemble_weights", "row_count"]
+
+# the default row multiple: even tensor-parallel splits up to 128 shards (Megatron-LM pads vocabularies to 128 too)
+ROW_MULTIPLE = 128
 
 
 def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int | None) -> int:

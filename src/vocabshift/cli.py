@@ -23,6 +23,7 @@ import transformers
 from huggingface_hub.errors import HfHubHTTPError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
+from .assemble import ROW_MULTIPLE
 from .cli_common import SUBCOMMANDS, arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import NON_NEGATIVE_INT, POSITIVE_INT, branch, repo_id, shard_size
 from .corpus import read_texts
@@ -87,7 +88,9 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--mode", default="extend", choices=("extend", "replace"),
         help="extend: keep every old id and append new tokens; replace: the new tokenizer becomes the vocabulary"),
     arg("--source-tokenizer", help="the model's current tokenizer (default: the one in the model folder)"),
-    arg("--pad-to-multiple-of", type=POSITIVE_INT, help="round the number of embedding rows up to a multiple of this"),
+    arg("--pad-to-multiple-of", type=POSITIVE_INT, default=ROW_MULTIPLE,
+        help=f"round the number of embedding rows up to a multiple of this (default: {ROW_MULTIPLE}, even "
+             "tensor-parallel splits; 1: no rounding); rows without a token get placeholder tokens"),
     arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of every random draw (default: 0)"),
     arg("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
         help="a method option, repeatable (e.g. --option input_weighting=char_length)"),
@@ -217,12 +220,15 @@ def cmd_gguf(args: argparse.Namespace) -> int:
 @subcommand(
     "inspect",
     "Print the ExtensionRecord of a folder and check it: rows vs vocabulary, output head, special token ids, "
-    "tokenizer round trip. Exits with 1 when a problem is found.",
+    "tokenizer round trip, serving (every id a token, tensor-parallel splits, tokenizer.model in step). Exits with 1 "
+    "when a problem is found.",
     arg("folder", help="model folder written by save_pretrained"),
     arg("--json", action="store_true", help="print the record as JSON only"),
+    arg("--gguf", action="store_true", help="also check that the folder converts to GGUF (llama.cpp's converter, "
+        "vocabulary only; downloaded once, as for `vocabshift gguf`)"),
 )
 def cmd_inspect(args: argparse.Namespace) -> int:
-    report = inspect_folder(args.folder)
+    report = inspect_folder(args.folder, gguf=args.gguf)
     if report.record is not None:
         print(json.dumps(record_summary(report.record), indent=2, ensure_ascii=False))
     if not args.json:

@@ -19,7 +19,7 @@ import torch
 from ._typing import Model, Tokenizer, TokenizerLike
 from ._version import __version__
 from .arguments import check_choice, check_count, check_flag
-from .assemble import assemble_weights, row_count
+from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import Embeddings, check_tokenizer, find_embeddings, remember_original
 from .errors import (
@@ -37,6 +37,7 @@ from .vocab.align import Alignment, align
 from .vocab.ids import remap_token_ids
 from .vocab.load import fingerprint, load_tokenizer
 from .vocab.merge import MergeReport, merge_tokenizers
+from .vocab.placeholders import add_placeholders
 from .vocab.replace import replacement_tokenizer
 from .vocab.spm_file import attach_sentencepiece
 
@@ -68,7 +69,7 @@ def extend_vocabulary(
     method: str = "subword",
     mode: str = "extend",
     source_tokenizer: TokenizerLike | None = None,
-    pad_to_multiple_of: int | None = None,
+    pad_to_multiple_of: int | None = ROW_MULTIPLE,
     seed: int = 0,
     source_texts: Sequence[str] | None = None,
     keep_source_segmentation: bool | None = None,
@@ -87,7 +88,11 @@ def extend_vocabulary(
             (merged into the old tokenizer's model); `"replace"` makes `new_tokenizer` the vocabulary, keeping the
             model's special tokens, their roles and its chat template.
         source_tokenizer (*optional*): the model's current tokenizer; defaults to the one at `model.name_or_path`.
-        pad_to_multiple_of (`int`, *optional*): round the number of embedding rows up to a multiple of this.
+        pad_to_multiple_of (`int`, *optional*, defaults to `ROW_MULTIPLE`, 128): round the number of embedding rows
+            up to a multiple of this; 128 splits evenly over every power-of-two tensor-parallel degree up to 128
+            (vLLM, TGI) and keeps matrix shapes aligned for GPU kernels. `None` or 1: no rounding. Rows no token uses
+            (these, and padding rows of the source that no new token took) get named special placeholder tokens
+            (`vocab.placeholders`), so that every id below `config.vocab_size` decodes.
         seed (`int`, defaults to 0): seed of every random draw; the same seed gives bit-identical rows.
         source_texts (`Sequence[str]`, *optional*): source-language lines whose segmentation extend mode must not
             change; defaults to 1,500 English lines shipped with vocabshift. The share of them cut differently is
@@ -151,6 +156,7 @@ def extend_vocabulary(
     result = spec.function(context, resolve_inputs(config, new))
     _check_result(result, context, method)
     num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
+    add_placeholders(target, num_rows)
     weights = assemble_weights(embeddings, alignment, result, num_rows, mode, len(source))
     tokenizers = {"source": source, "new": new, "target": target}
     record = _record(model, call, config, embeddings, tokenizers, alignment, result, report, num_rows)

@@ -2,8 +2,8 @@
 
 Checks: embedding rows against the config's vocabulary size and the tokenizer; the output head (tied, or untied
 with as many rows); the ExtensionRecord against the folder; special token ids; a tokenizer round trip on a few
-strings, including texts of new tokens. Weights are never loaded: shapes come from the safetensors headers and
-parameter names from a model built on the meta device.
+strings, including texts of new tokens; the serving invariants (`serving.py`). Weights are never loaded: shapes
+come from the safetensors headers and parameter names from a model built on the meta device.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .embeddings import embedding_names
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import check_weight_map, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
+from .serving import check_serving
 from .vocab.load import fingerprint, load_tokenizer
 
 __all__ = ["Inspection", "inspect_folder"]
@@ -60,11 +61,13 @@ def record_summary(record: ExtensionRecord) -> dict[str, Any]:
     return data
 
 
-def inspect_folder(folder: str | os.PathLike) -> Inspection:
+def inspect_folder(folder: str | os.PathLike, *, gguf: bool = False) -> Inspection:
     """Check a saved model folder (see the module docstring for the list of checks).
 
     Args:
         folder (`str | os.PathLike`): a folder written by `save_pretrained` (model and tokenizer).
+        gguf (`bool`, *optional*, defaults to `False`): also convert the vocabulary with llama.cpp's converter
+            (`export_gguf(vocab_only=True)`, into a temporary folder) and report whether it converts.
 
     Returns:
         `Inspection`: `.ok` is False when a problem was found; `str(inspection)` is a readable report.
@@ -98,6 +101,7 @@ def inspect_folder(folder: str | os.PathLike) -> Inspection:
     _check_sizes(report, config, tokenizer, rows, tied)
     _check_special_ids(report, config, tokenizer, rows)
     _check_round_trip(report, tokenizer)
+    check_serving(report, config, tokenizer, rows, gguf=gguf)
     return report
 
 

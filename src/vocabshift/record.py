@@ -275,8 +275,7 @@ def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: 
     """
     words = ["vocabshift", "extend", source_model or "path/to/base-model", new_tokenizer, OUTPUT_PLACEHOLDER,
              "--method", method, "--mode", mode, "--seed", str(seed)]
-    if pad_to_multiple_of is not None:
-        words += ["--pad-to-multiple-of", str(pad_to_multiple_of)]
+    words += ["--pad-to-multiple-of", str(pad_to_multiple_of or 1)]  # the CLI's default pads, None did not
     for key, value in sorted(method_options.items()):
         words += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
     if source_texts:
