@@ -15,13 +15,13 @@ PACKAGE = ROOT / "src" / "vocabshift"
 # Stages in the order data flows; a module of a stage may import its own stage and the ones before it.
 STAGES = [
     ("vocabshift._version", "vocabshift._typing", "vocabshift.errors", "vocabshift.arguments", "vocabshift.corpus",
-     "vocabshift.headers", "vocabshift.save", "vocabshift.packing", "vocabshift.record", "vocabshift.registry"),
-    ("vocabshift.vocab",),
+     "vocabshift.headers", "vocabshift.packing", "vocabshift.record", "vocabshift.registry"),
+    ("vocabshift.vocab", "vocabshift.save"),  # save writes a tokenizer.model in step (vocab.spm_file)
     ("vocabshift.wordvectors", "vocabshift.embeddings"),
     ("vocabshift.methods",),
     ("vocabshift.inputs", "vocabshift.assemble", "vocabshift.extend"),
     ("vocabshift.training",),
-    ("vocabshift.propagation", "vocabshift.inspection"),
+    ("vocabshift.propagation", "vocabshift.export", "vocabshift.serving", "vocabshift.inspection"),
     ("vocabshift.hub",),
     ("vocabshift.cli_common", "vocabshift.cli_types", "vocabshift.cli_train", "vocabshift.cli", "vocabshift.__main__",
      "vocabshift.testing", "vocabshift"),
