@@ -17,12 +17,11 @@ from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_IN
 from .corpus import read_texts
 from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
-from .save import atomic_folder, atomic_write_text
+from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
 from .training.data import pack_blocks
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
-from .vocab.spm_file import save_sentencepiece
 
 __all__: list[str] = []
 
@@ -77,8 +76,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     with atomic_folder(args.output_dir) as folder:
         model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        save_sentencepiece(tokenizer, folder)
+        save_tokenizer(tokenizer, folder)
         if curve:
             plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
                         title=f"Embedding-only CPT, rows={args.rows}")

@@ -183,8 +183,6 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
     if rows is not None and len(tokenizer) > rows:
         report.problems.append(f"the tokenizer has {len(tokenizer):,} tokens but the model only {rows:,} rows: "
                                "ids beyond them would crash the model")
-    elif rows is not None and len(tokenizer) < rows:
-        report.notes.append(f"{rows - len(tokenizer):,} embedding rows have no token (padding)")
     record = report.record
     if record is None:
         return

@@ -24,7 +24,8 @@ from .arguments import check_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError
 from .vocab.spm_file import save_sentencepiece
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic"]
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic",
+           "save_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,9 +116,15 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:
-            tokenizer.save_pretrained(temporary)
-            save_sentencepiece(tokenizer, temporary)
+            save_tokenizer(tokenizer, temporary)
     return Path(folder)
+
+
+def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
+    """`tokenizer.save_pretrained(folder)`, then its tokenizer.model in step or none (`vocab.spm_file`); `like`: a
+    tokenizer whose SentencePiece file may serve when it holds this tokenizer's vocabulary."""
+    tokenizer.save_pretrained(folder)
+    save_sentencepiece(tokenizer, folder, like=like)
 
 
 def check_replaceable(folder: str | os.PathLike) -> Path:

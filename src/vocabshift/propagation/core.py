@@ -18,10 +18,9 @@ from ..arguments import check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import check_weight_map
 from ..record import ExtensionRecord, require_record
-from ..save import atomic_folder
+from ..save import atomic_folder, save_tokenizer
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
-from ..vocab.spm_file import save_sentencepiece
 from .checks import Model, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
@@ -102,8 +101,7 @@ def propagate(
     with atomic_folder(target) as folder:
         models, tokenizer, plan, fits = _stream(models, headers, method, record, folder, hardlink)
         entry = _entry(models, method, fits, plan, options, target)
-        tokenizer.save_pretrained(folder)
-        save_sentencepiece(tokenizer, folder, like=models["adapted"].tokenizer)
+        save_tokenizer(tokenizer, folder, like=models["adapted"].tokenizer)
         write_configs(folder, models["instruct"], record, entry, tokenizer, plan.rows)
         write_license_files(folder, models["instruct"].source)
     return target
