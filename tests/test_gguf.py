@@ -8,6 +8,7 @@ vocabulary-only (seconds) but for one f32 conversion of a SmolLM2-shaped model.
 
 from __future__ import annotations
 
+import configparser
 import functools
 import hashlib
 import io
@@ -25,7 +26,7 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import vocabshift
-from conftest import read_lines
+from conftest import ROOT, read_lines
 from vocabshift.cli import main
 from vocabshift.errors import (
     InvalidArgumentError,
@@ -227,3 +228,12 @@ def test_cli(converter, smollm2_folders, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"{output}: ") and metadata(output)["tokenizer.ggml.pre"] == "smollm"
     assert main(["gguf", str(smollm2_folders[1]), str(output), "--llama-cpp", str(tmp_path)]) == 1
     assert "holds no convert_hf_to_gguf.py" in capsys.readouterr().err
+
+
+def test_the_llama_extra_is_the_converters_release():
+    """llama.cpp at runtime (the `llama` and `dev` extras) is the release whose converter writes the GGUF."""
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg", encoding="utf-8")
+    pins = {name: [line for line in extras["options.extras_require"][name].split() if "llama" in line]
+            for name in ("llama", "dev")}
+    assert pins == {name: [f"llama-cpp-python=={LLAMA_CPP_PYTHON}"] for name in ("llama", "dev")}
