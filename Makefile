@@ -6,6 +6,12 @@ STAMP := $(VENV)/.vocabshift-installed
 export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
+# llama-cpp-python (dev extra) is built from its source distribution once; pip reuses the wheel from its cache for
+# every later .venv. The build is CPU-only and of the library alone (no multimodal library; llama.cpp's tests, tools,
+# examples and server stay off), with AVX2 code instead of -march=native, so that a cached wheel moved to another
+# x86-64 runner does not stop on an unknown instruction.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 
 .PHONY: setup lint test demo bench
 

@@ -30,11 +30,12 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
+from vocabshift.testing.corpora import smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VOCABSHIFT_SHARED", ROOT.parent / "shared"))
 CACHE = Path(os.environ.get("VOCABSHIFT_CACHE", Path.home() / ".cache" / "vocabshift"))
-SMOLLM2 = CACHE / "SmolLM2-135M-Instruct"
+SMOLLM2 = smollm2()
 HELD_OUT = 200
 
 
@@ -77,10 +78,11 @@ def source_tokenizer():
 
 def target_tokenizer(train: list[str], language: str = "ru"):
     """The 16k byte-level BPE of `language` in SmolLM2's family, trained on `train` (cached)."""
-    folder = CACHE / f"wordvec-tokenizer-{language}-16000-{_key(train)}"
+    source = source_tokenizer()
+    folder = CACHE / f"wordvec-tokenizer-{language}-16000-{_key(train, source.backend_tokenizer.to_str())}"
     if not (folder / "tokenizer.json").exists():
         started = time.perf_counter()
-        tokenizer = vocabshift.train_tokenizer(train, like=source_tokenizer(), vocab_size=16000)
+        tokenizer = vocabshift.train_tokenizer(train, like=source, vocab_size=16000)
         tokenizer.save_pretrained(str(folder) + ".tmp")
         os.replace(str(folder) + ".tmp", folder)
         log(f"trained the 16k {language} tokenizer in {time.perf_counter() - started:.1f} s")

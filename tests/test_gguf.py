@@ -8,6 +8,7 @@ vocabulary-only (seconds) but for one f32 conversion of a SmolLM2-shaped model.
 
 from __future__ import annotations
 
+import configparser
 import functools
 import hashlib
 import io
@@ -25,7 +26,7 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import vocabshift
-from conftest import read_lines
+from conftest import ROOT, read_lines
 from vocabshift.cli import main
 from vocabshift.errors import (
     InvalidArgumentError,
@@ -238,3 +239,12 @@ def test_inspect_says_whether_a_folder_converts(converter, smollm2_folders, tmp_
     report = vocabshift.inspect_folder(russian_only, gguf=True)
     assert any(problem.startswith("it does not convert to GGUF: llama.cpp (") for problem in report.problems)
     assert "GGUF" not in dict(report.facts)
+
+
+def test_the_llama_extra_is_the_converters_release():
+    """llama.cpp at runtime (the `llama` and `dev` extras) is the release whose converter writes the GGUF."""
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg", encoding="utf-8")
+    pins = {name: [line for line in extras["options.extras_require"][name].split() if "llama" in line]
+            for name in ("llama", "dev")}
+    assert pins == {name: [f"llama-cpp-python=={LLAMA_CPP_PYTHON}"] for name in ("llama", "dev")}

@@ -14,6 +14,7 @@ import hashlib
 import lzma
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ __all__ = [
     "smollm2",
     "target_tokenizer",
 ]
+
+STAMP = ".vocabshift-conversion"
 
 
 def repository_dir() -> Path:
@@ -86,10 +89,21 @@ def held_out_split(lines: tuple[str, ...] | list[str], count: int, *, seed: int 
 
 
 def _converted(name: str, script: str) -> Path:
+    """`cache_dir() / name`, converted by `scripts/<script>`; converted again when that script or gguf_to_hf.py has
+    changed since (the stamp file holds their hash), so that a fixed conversion reaches every cache."""
+    scripts = repository_dir() / "scripts"
+    stamp = hashlib.sha256(b"".join((scripts / f).read_bytes() for f in (script, "gguf_to_hf.py"))).hexdigest()
     folder = cache_dir() / name
+    if (folder / "config.json").exists() and _read_stamp(folder) != stamp:
+        shutil.rmtree(folder)
     if not (folder / "config.json").exists():
-        subprocess.run(["bash", str(repository_dir() / "scripts" / script), str(folder), sys.executable], check=True)
+        subprocess.run(["bash", str(scripts / script), str(folder), sys.executable], check=True)
+        (folder / STAMP).write_text(stamp, encoding="utf-8")
     return folder
+
+
+def _read_stamp(folder: Path) -> str | None:
+    return (folder / STAMP).read_text(encoding="utf-8") if (folder / STAMP).exists() else None
 
 
 def smollm2() -> Path:
