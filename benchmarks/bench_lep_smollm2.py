@@ -31,7 +31,7 @@ from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokeni
 from vocabshift.propagation import METHODS
 from vocabshift.testing.corpora import read_corpus, smollm2
 from vocabshift.training import bits_per_byte, freeze_for_embedding_training, record_cpt
-from vocabshift.training.data import pack_blocks
+from vocabshift.training.texts import pack_blocks
 
 RESULTS = Path(__file__).parent / "results"
 PROMPT = "Reverse the order of these words: {}"

@@ -33,9 +33,9 @@ from vocabshift.save import atomic_folder
 from vocabshift.testing import LoopbackHub
 from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
 from vocabshift.training import pack_texts
-from vocabshift.training.data import pack_blocks
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
+from vocabshift.training.texts import pack_blocks
 
 DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training (README)
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 import vocabshift
 from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 from vocabshift.training import bits_per_byte, embedding_parameters
-from vocabshift.training.data import pack_blocks
+from vocabshift.training.texts import pack_blocks
 
 
 def main() -> int:

@@ -8,8 +8,8 @@ import torch
 
 from conftest import FAMILIES
 from vocabshift.errors import InvalidArgumentError
-from vocabshift.training.chunks import align_chunks, token_boundaries
-from vocabshift.training.distill_data import DistillationCollator, pack_texts
+from vocabshift.training.distill._chunks import align_chunks, token_boundaries
+from vocabshift.training.distill.collator import DistillationCollator, pack_texts
 from vocabshift.vocab import merge_tokenizers
 
 TEXTS = [

@@ -13,11 +13,11 @@ import vocabshift
 from conftest import make_model
 from vocabshift import errors
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
-from vocabshift.training.distill_data import DistillationCollator, pack_texts
-from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
-from vocabshift.training.distillation import DistillationTrainer
-from vocabshift.training.teacher import Teacher, native_bf16
-from vocabshift.training.teacher_schedule import TeacherSchedule
+from vocabshift.training.distill.collator import DistillationCollator, pack_texts
+from vocabshift.training.distill.objective import DistillationWeights, distillation_loss, teacher_targets
+from vocabshift.training.distill.schedule import TeacherSchedule
+from vocabshift.training.distill.teacher import Teacher, native_bf16
+from vocabshift.training.distill.trainer import DistillationTrainer
 
 
 def _extended(architecture, tokenizers_en, tokenizers_ru, mode="extend"):
@@ -351,7 +351,7 @@ def test_teacher_in_bfloat16_gives_close_targets(tokenizers_en, tokenizers_ru, r
                                                                (True, torch.bfloat16, None)])
 def test_auto_teacher_dtype_is_bfloat16_only_for_a_float32_model_where_native(tokenizers_en, en_lines, monkeypatch,
                                                                                native, model_dtype, chosen):
-    monkeypatch.setattr("vocabshift.training.teacher.native_bf16", lambda device: native)
+    monkeypatch.setattr("vocabshift.training.distill.teacher.native_bf16", lambda device: native)
     tokenizer = tokenizers_en["bytelevel"]
     model = make_model("qwen2-tied", tokenizer).to(model_dtype)
     batch = DistillationCollator(tokenizer, tokenizer, max_length=16)(en_lines[:2])

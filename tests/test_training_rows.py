@@ -1,4 +1,4 @@
-"""Split trainable rows (rows.py): the model stays a normal transformers model, saves and loads plain, folds back."""
+"""Split trainable rows (cpt/rows.py): the model stays a transformers model, saves and loads plain, folds back."""
 
 from __future__ import annotations
 

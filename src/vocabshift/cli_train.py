@@ -19,8 +19,8 @@ from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
 from .save import atomic_folder, atomic_write_text
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
-from .training.data import pack_blocks
 from .training.plots import plot_curves, require_matplotlib
+from .training.texts import pack_blocks
 from .vocab.load import fingerprint, load_tokenizer
 from .vocab.spm_file import save_sentencepiece
 

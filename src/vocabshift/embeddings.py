@@ -51,7 +51,7 @@ class Embeddings:
         num_rows (`int`): rows of the input matrix (padding rows included).
 
     The modules are typed as the classes nearly every model uses; any module with a 2-D `weight` is accepted (and
-    `training.rows` refuses, for split rows, what is not a plain `nn.Embedding` / `nn.Linear`).
+    `training.cpt.rows` refuses, for split rows, what is not a plain `nn.Embedding` / `nn.Linear`).
     """
 
     input: torch.nn.Embedding

@@ -1,11 +1,9 @@
 """Training side: embedding-only CPT (plain functions + the thin Trainer callback), metrics, evaluate, probe."""
 
-from .callback import EmbeddingOnlyCallback
-from .distill_data import DistillationCollator, pack_texts
-from .distill_objective import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
-from .distillation import DistillationTrainer
-from .evaluation import Evaluation, ModelScores, evaluate
-from .freeze import (
+from .cpt import (
+    EmbeddingOnlyCallback,
+    SecondStage,
+    TrainableRows,
     embedding_parameters,
     freeze_body,
     freeze_for_embedding_training,
@@ -13,13 +11,23 @@ from .freeze import (
     row_norms,
     trainable_row_ids,
 )
+from .distill import (
+    DistillationCollator,
+    DistillationTrainer,
+    DistillationWeights,
+    PieceTree,
+    TeacherSchedule,
+    TeacherTargets,
+    distillation_loss,
+    first_pieces,
+    pack_texts,
+    piece_tree,
+    teacher_targets,
+)
+from .evaluation import Evaluation, ModelScores, evaluate
 from .metrics import bits_per_byte, token_nll
-from .pieces import PieceTree, first_pieces, piece_tree
 from .plots import plot_curves
 from .probing import ProbeResult, probe
-from .rows import TrainableRows
-from .stage import SecondStage
-from .teacher_schedule import TeacherSchedule
 
 __all__ = [
     "DistillationCollator",

@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from .._typing import Model
-from ..arguments import is_int
-from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, RecordError
-from ..record import add_cpt_entry, get_record
-from .fold import row_norms_of
+from ..._typing import Model
+from ...arguments import is_int
+from ...embeddings import find_embeddings
+from ...errors import InvalidArgumentError, RecordError
+from ...record import add_cpt_entry, get_record
+from ._fold import row_norms_of
 from .rows import TrainableRows, embedding_parameters, split_rows
 
 __all__ = [

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidArgumentError
-from .distill_losses import (
+from ...errors import InvalidArgumentError
+from .losses import (
     at_chunk_ends,
     chunk_likelihood_loss,
     chunk_log_probs,
@@ -43,7 +43,7 @@ _OBJECTIVES = ("hidden", "chunk", "next_piece", "piece_tree", "next_token")
 
 @dataclass(frozen=True)
 class DistillationWeights:
-    """Weights of the objectives (see `distill_losses.py`) and the layer the hidden states come from.
+    """Weights of the objectives (see `losses.py`) and the layer the hidden states come from.
 
     Attributes:
         hidden (`float`): hidden-state distance after each chunk (trains the input rows).
@@ -64,7 +64,7 @@ class DistillationWeights:
             closes the teacher's lead on the next piece, and almost none once the student models the whole text
             better than the teacher (`TeacherSchedule`).
         source (`float`): the student's next-token loss on one sequence of source-language text every fourth loss
-            (weighted 4 times), read at the output head only (`source_replay.py`): keeps new tokens from taking the
+            (weighted 4 times), read at the output head only (`replay.py`): keeps new tokens from taking the
             source language's probability. Used by `DistillationTrainer`, which reads the source text only where
             the new tokens cut it differently.
 

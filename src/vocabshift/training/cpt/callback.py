@@ -17,13 +17,13 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .._typing import Model
-from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import new_ids_of
-from .backends import refuse_backend
+from ..._typing import Model
+from ...errors import InvalidArgumentError, TrainingSetupError
+from ...record import new_ids_of
+from ._backends import refuse_backend
+from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
+from ._resume import check_marker, check_optimizer_state, setup_of, write_marker
 from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
-from .optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
-from .resume import check_marker, check_optimizer_state, setup_of, write_marker
 from .rows import TrainableRows, current_split, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 

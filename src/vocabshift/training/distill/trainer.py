@@ -15,18 +15,18 @@ from typing import Any, Literal
 import torch
 from transformers import Trainer
 
-from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
-from ..record import get_record, note_objective
-from ..vocab.load import fingerprint, load_tokenizer
-from .callback import EmbeddingOnlyCallback
-from .distill_data import DistillationCollator
-from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
+from ...embeddings import find_embeddings
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
+from ...record import get_record, note_objective
+from ...vocab.load import fingerprint, load_tokenizer
+from ..cpt._resume import plain_checkpoint_error
+from ..cpt.callback import EmbeddingOnlyCallback
+from .collator import DistillationCollator
+from .objective import DistillationWeights, distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
-from .resume import plain_checkpoint_error
-from .source_replay import READ_EVERY, SourceReplay, source_loss
+from .replay import READ_EVERY, SourceReplay, source_loss
+from .schedule import TeacherSchedule
 from .teacher import Teacher
-from .teacher_schedule import TeacherSchedule
 
 __all__ = ["DistillationTrainer"]
 

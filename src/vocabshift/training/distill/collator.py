@@ -1,7 +1,7 @@
 """Data for distillation across tokenizers: raw text in, both tokenizations and their chunk maps out.
 
 `DistillationCollator` tokenizes each text with the student's (new) and the teacher's (old) tokenizer, aligns the
-two into chunks (`chunks.py`), cuts both sides at the same shared boundary, and pads. Everything per token is
+two into chunks (`_chunks.py`), cuts both sides at the same shared boundary, and pads. Everything per token is
 vectorized (the tokenizers' batch encoders and NumPy); nothing per token runs in Python in the training step.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InvalidArgumentError
-from .chunks import align_chunks
+from ...errors import InvalidArgumentError
+from ._chunks import align_chunks
 
 __all__ = ["DistillationCollator", "pack_texts"]
 

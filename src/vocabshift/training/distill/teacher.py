@@ -23,9 +23,9 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from ..embeddings import find_embeddings, original_embeddings, original_tensors
-from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import find_record
+from ...embeddings import find_embeddings, original_embeddings, original_tensors
+from ...errors import InvalidArgumentError, TrainingSetupError
+from ...record import find_record
 
 __all__ = ["Teacher", "TeacherOutput", "native_bf16"]
 

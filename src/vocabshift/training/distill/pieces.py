@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from ..record import ExtensionRecord, unpack_ids
+from ...record import ExtensionRecord, unpack_ids
 
 __all__ = ["PieceTree", "first_pieces", "piece_tree"]
 
