@@ -30,8 +30,7 @@ import vocabshift
 from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokenizer
 from vocabshift.propagation import METHODS
 from vocabshift.testing.corpora import read_corpus, smollm2
-from vocabshift.training import bits_per_byte, freeze_for_embedding_training, record_cpt
-from vocabshift.training.texts import pack_blocks
+from vocabshift.training import bits_per_byte, freeze_for_embedding_training, pack_texts, record_cpt
 
 RESULTS = Path(__file__).parent / "results"
 PROMPT = "Reverse the order of these words: {}"
@@ -113,7 +112,7 @@ def make_adapted(folder: Path, train_lines: list[str], held: list[str], options)
     model, source = load_smollm2()
     tokenizer = model.extend_vocabulary(russian_tokenizer(source), method="subword", source_tokenizer=source)
     figures = {"before_cpt": bits_per_byte(model, tokenizer, held)}
-    data = pack_blocks(tokenizer, train_lines[:20000], options.context_length)
+    data = pack_texts(train_lines[:20000], tokenizer, max_length=options.context_length, blocks=True)
     generator = torch.Generator().manual_seed(0)
     batches = ((b, b) for b in (data[torch.randint(len(data), (options.batch_size,), generator=generator)]
                                 for _ in range(options.cpt_steps)))

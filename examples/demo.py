@@ -35,7 +35,6 @@ from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
 from vocabshift.training import pack_texts
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
-from vocabshift.training.texts import pack_blocks
 
 DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training (README)
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
@@ -71,7 +70,7 @@ def train_embeddings(model, tokenizer, source, texts: list[str], options) -> lis
                                                  processing_class=tokenizer, teacher_tokenizer=source,
                                                  weights=weights, callbacks=callbacks)
     else:
-        blocks = pack_blocks(tokenizer, texts, 128)
+        blocks = pack_texts(texts, tokenizer, max_length=128, blocks=True)
         trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
                           callbacks=callbacks)
     start = time.perf_counter()

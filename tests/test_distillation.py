@@ -13,7 +13,8 @@ import vocabshift
 from conftest import make_model
 from vocabshift import errors
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
-from vocabshift.training.distill.collator import DistillationCollator, pack_texts
+from vocabshift.training import pack_texts
+from vocabshift.training.distill.collator import DistillationCollator
 from vocabshift.training.distill.objective import DistillationWeights, distillation_loss, teacher_targets
 from vocabshift.training.distill.schedule import TeacherSchedule
 from vocabshift.training.distill.teacher import Teacher, native_bf16

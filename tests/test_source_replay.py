@@ -12,7 +12,7 @@ from transformers import TrainingArguments
 import vocabshift
 from conftest import make_model, make_tokenizer
 from vocabshift.errors import CorpusError, InvalidArgumentError
-from vocabshift.training.distill.collator import pack_texts
+from vocabshift.training import pack_texts
 from vocabshift.training.distill.objective import DistillationWeights
 from vocabshift.training.distill.replay import READ_EVERY, SourceReplay, source_loss
 from vocabshift.training.distill.trainer import DistillationTrainer

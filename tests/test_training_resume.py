@@ -15,8 +15,8 @@ import vocabshift
 from conftest import ROOT, kill_once_written, make_model, make_tokenizer, read_lines
 from test_training_callback import arguments, blocks, extended
 from vocabshift.errors import TrainingSetupError
+from vocabshift.training import pack_texts
 from vocabshift.training.cpt._resume import MARKER
-from vocabshift.training.distill.collator import pack_texts
 from vocabshift.training.distill.trainer import DistillationTrainer
 
 

@@ -20,7 +20,6 @@ from .distill import (
     TeacherTargets,
     distillation_loss,
     first_pieces,
-    pack_texts,
     piece_tree,
     teacher_targets,
 )
@@ -28,6 +27,7 @@ from .evaluation import Evaluation, ModelScores, evaluate
 from .metrics import bits_per_byte, token_nll
 from .plots import plot_curves
 from .probing import ProbeResult, probe
+from .texts import pack_texts
 
 __all__ = [
     "DistillationCollator",

@@ -27,7 +27,7 @@ from ..registry import build_config, get_method
 from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .cpt.freeze import ROW_CHOICES, freeze_for_embedding_training
-from .distill.collator import DistillationCollator, pack_texts
+from .distill.collator import DistillationCollator
 from .distill.objective import DistillationWeights, distillation_loss, teacher_targets
 from .distill.pieces import first_pieces, piece_tree
 from .distill.schedule import TeacherSchedule
@@ -35,6 +35,7 @@ from .distill.teacher import Teacher
 from .evaluation import check_causal_lm, eval_mode
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib
+from .texts import pack_texts
 
 __all__ = ["ProbeResult", "probe"]
 

@@ -2,7 +2,7 @@
 reading the same text in the old tokenization; the collator, objective, teacher and schedule are plain pieces a
 custom training loop can use."""
 
-from .collator import DistillationCollator, pack_texts
+from .collator import DistillationCollator
 from .objective import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
 from .pieces import PieceTree, first_pieces, piece_tree
 from .schedule import TeacherSchedule
@@ -19,7 +19,6 @@ __all__ = [
     "TeacherTargets",
     "distillation_loss",
     "first_pieces",
-    "pack_texts",
     "piece_tree",
     "teacher_targets",
 ]

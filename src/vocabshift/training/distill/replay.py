@@ -18,7 +18,8 @@ import torch
 
 from ...corpus import source_lines
 from ...errors import CorpusError
-from .collator import pack_texts, prefix_id
+from ..texts import pack_texts
+from .collator import prefix_id
 
 __all__ = ["READ_EVERY", "SourceReplay", "source_loss"]
 
