@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 
 import vocabshift
 from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
-from vocabshift.training import bits_per_byte, embedding_parameters, pack_texts
+from vocabshift.training import bits_per_byte, pack_texts
+from vocabshift.training.cpt import embedding_parameters
 
 
 def main() -> int:

@@ -13,7 +13,8 @@ from huggingface_hub import HfApi, ModelCard
 
 import vocabshift
 from vocabshift.errors import ModelFolderError, RecordError
-from vocabshift.record import ExtensionRecord, extend_command, pack_ids
+from vocabshift.packing import pack_ids
+from vocabshift.record import ExtensionRecord, extend_command
 from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"

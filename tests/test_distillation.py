@@ -16,6 +16,7 @@ from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training import pack_texts
 from vocabshift.training.distill.collator import DistillationCollator
 from vocabshift.training.distill.objective import DistillationWeights, distillation_loss, teacher_targets
+from vocabshift.training.distill.pieces import first_pieces, piece_tree
 from vocabshift.training.distill.schedule import TeacherSchedule
 from vocabshift.training.distill.teacher import Teacher, native_bf16
 from vocabshift.training.distill.trainer import DistillationTrainer
@@ -231,7 +232,7 @@ def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, 
     reads only it), while next_token still scores the whole batch."""
     _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
     record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
-    tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
+    tree, pieces = piece_tree(record, rows), first_pieces(record, rows)
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
     collate = DistillationCollator(tokenizer, source, max_length=24)
     texts = sorted(ru_lines[:4], key=len)  # shortest first: the first half may need less teacher width than the batch
@@ -256,7 +257,7 @@ def test_teacher_share_counts_over_single_sequence_batches(tokenizers_en, tokeni
     (the teacher reads its first sequence): the share acts with one sequence per device and gradient accumulation."""
     _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
     record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
-    tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
+    tree, pieces = piece_tree(record, rows), first_pieces(record, rows)
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
     collate = DistillationCollator(tokenizer, source, max_length=24)
     weights = DistillationWeights(teacher_share=0.25, adaptive_share=False)

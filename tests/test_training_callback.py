@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, Trainin
 import vocabshift
 from conftest import ARCHITECTURES, make_model
 from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError
-from vocabshift.training import SecondStage, embedding_parameters
+from vocabshift.training import SecondStage
+from vocabshift.training.cpt import embedding_parameters
 
 
 def extended(architecture, tokenizers_en, tokenizers_ru):

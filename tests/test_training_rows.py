@@ -13,7 +13,7 @@ from conftest import DEVICES
 from test_training_callback import blocks, extended
 from test_training_freeze import old_mask, train
 from vocabshift.errors import TrainingSetupError, UnsupportedModelError
-from vocabshift.training import embedding_parameters, freeze_for_embedding_training
+from vocabshift.training.cpt import embedding_parameters, freeze_for_embedding_training
 
 ARCHITECTURES = ["llama-untied", "qwen2-tied", "gemma3-tied", "gpt2-tied"]
 

@@ -31,7 +31,8 @@ from .errors import (
 )
 from .inputs import resolve_inputs
 from .methods import InitContext, InitResult
-from .record import ExtensionRecord, extend_command, id_ranges, pack_ids, set_record
+from .packing import id_ranges, pack_ids
+from .record import ExtensionRecord, extend_command, set_record
 from .registry import build_config, get_method
 from .vocab.align import Alignment, align
 from .vocab.ids import remap_token_ids

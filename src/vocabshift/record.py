@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .errors import RecordError
-from .packing import id_ranges, pack_ids, unpack_ids
+from .packing import unpack_ids
 
 __all__ = [
     "CONFIG_KEY",
@@ -32,17 +32,14 @@ __all__ = [
     "find_record",
     "get_record",
     "has_record",
-    "id_ranges",
     "new_ids_of",
     "no_record_error",
     "note_command",
     "note_objective",
-    "pack_ids",
     "propagated",
     "require_record",
     "set_record",
     "store_record",
-    "unpack_ids",
 ]
 
 CONFIG_KEY = "vocabshift"

@@ -16,7 +16,7 @@ import torch
 from .._version import __version__
 from ..arguments import check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
-from ..headers import check_weight_map
+from ..headers import Header, check_weight_map, read_header
 from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder
 from ..vocab.load import load_tokenizer
@@ -27,7 +27,7 @@ from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
 from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_plan
-from .shards import Blocks, Header, Matrix, copy_shard, read_header, read_vector, write_shard
+from .shards import Blocks, Matrix, copy_shard, read_vector, write_shard
 from .sources import find_layout, open_source
 
 __all__ = ["propagate"]

@@ -2,7 +2,7 @@
 split off the rows that train, fold them back), the optional second stage, resume checks."""
 
 from .callback import EmbeddingOnlyCallback
-from .freeze import freeze_body, freeze_for_embedding_training, record_cpt, row_norms, trainable_row_ids
+from .freeze import freeze_body, freeze_for_embedding_training, row_norms, trainable_row_ids
 from .rows import TrainableRows, embedding_parameters
 from .stage import SecondStage
 
@@ -13,7 +13,6 @@ __all__ = [
     "embedding_parameters",
     "freeze_body",
     "freeze_for_embedding_training",
-    "record_cpt",
     "row_norms",
     "trainable_row_ids",
 ]

@@ -19,12 +19,12 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..._typing import Model
 from ...errors import InvalidArgumentError, TrainingSetupError
-from ...record import new_ids_of
+from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
 from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from ._resume import check_marker, check_optimizer_state, setup_of, write_marker
-from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
-from .rows import TrainableRows, current_split, split_rows
+from .freeze import ROW_CHOICES, freeze_body, row_norms, trainable_row_ids
+from .rows import TrainableRows, current_split, embedding_parameters, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -231,7 +231,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if run.tuner is not None:
             merge_lora(run.tuner)
             run.tuner = None
-        if not record_cpt(self._model, self._entry(args, state)):
+        if not add_cpt_entry(self._model, self._entry(args, state)):
             logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
     def _trainable(self) -> list[torch.nn.Parameter]:

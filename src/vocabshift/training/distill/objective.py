@@ -26,14 +26,13 @@ from .losses import (
     text_nll,
     token_log_probs,
 )
-from .pieces import PieceTree, first_pieces
+from .pieces import PieceTree
 from .teacher import Teacher
 
 __all__ = [
     "DistillationWeights",
     "TeacherTargets",
     "distillation_loss",
-    "first_pieces",
     "teacher_part",
     "teacher_targets",
 ]
