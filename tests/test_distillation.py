@@ -12,6 +12,7 @@ from transformers import TrainingArguments
 import vocabshift
 from conftest import make_model
 from vocabshift import errors
+from vocabshift.embeddings import original_embeddings
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training import pack_texts
 from vocabshift.training.distill.collator import DistillationCollator
@@ -144,6 +145,19 @@ def test_replace_mode_after_reload_needs_a_teacher_model(tokenizers_en, tokenize
                                   processing_class=tokenizer, teacher_tokenizer=source, teacher_model=original,
                                   callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
     trainer.train()
+
+
+def test_replace_mode_keeps_the_original_rows_on_the_model(tokenizers_en, tokenizers_ru):
+    """What the teacher reads in replace mode travels with the model object (and its copies), never in its state
+    dict or in a table of the process: a model loaded again has none (the test above)."""
+    original, model, _, _ = _extended("llama-untied", tokenizers_en, tokenizers_ru, mode="replace")
+    kept = original_embeddings(model)
+    assert kept is not None and torch.equal(kept.input, original.get_input_embeddings().weight)
+    assert torch.equal(kept.head, original.get_output_embeddings().weight) and kept.bias is None
+    assert kept.input.shape[0] != model.get_input_embeddings().weight.shape[0]
+    assert set(model.state_dict()) == set(original.state_dict())
+    assert torch.equal(original_embeddings(copy.deepcopy(model)).input, kept.input)
+    assert original_embeddings(_extended("llama-untied", tokenizers_en, tokenizers_ru)[1]) is None  # extend mode
 
 
 def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

@@ -113,7 +113,8 @@ class DistillationTrainer(Trainer):
 
     Raises:
         `TrainingSetupError`: no `EmbeddingOnlyCallback` and no `teacher_model` (the body would train and the
-            teacher drift with it), or replace mode without the original rows in this process.
+            teacher drift with it), or replace mode on a model that does not carry its original rows (loaded from a
+            folder) without `teacher_model`.
         `RecordError`: the model carries no ExtensionRecord.
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
