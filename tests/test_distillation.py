@@ -14,6 +14,7 @@ from conftest import make_model
 from vocabshift import errors
 from vocabshift.embeddings import original_embeddings
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
+from vocabshift.record import add_cpt_entry
 from vocabshift.training import pack_texts
 from vocabshift.training.distill.collator import DistillationCollator
 from vocabshift.training.distill.objective import DistillationWeights, distillation_loss, teacher_targets
@@ -158,6 +159,16 @@ def test_replace_mode_keeps_the_original_rows_on_the_model(tokenizers_en, tokeni
     assert set(model.state_dict()) == set(original.state_dict())
     assert torch.equal(original_embeddings(copy.deepcopy(model)).input, kept.input)
     assert original_embeddings(_extended("llama-untied", tokenizers_en, tokenizers_ru)[1]) is None  # extend mode
+
+
+def test_the_callback_is_the_one_writer_of_the_record_entry(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """Without EmbeddingOnlyCallback (a teacher_model given) no entry is written, and an earlier run's stays as it
+    was: the trainer only describes its objective to the callback, which writes the entry."""
+    original, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    add_cpt_entry(model, {"steps": 7, "objective": {"name": "next_token"}})
+    DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
+                        processing_class=tokenizer, teacher_tokenizer=source, teacher_model=original).train()
+    assert vocabshift.get_record(model).cpt == [{"steps": 7, "objective": {"name": "next_token"}}]
 
 
 def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

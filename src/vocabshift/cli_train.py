@@ -86,7 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
-    callbacks = [EmbeddingOnlyCallback(rows=args.rows)]
+    callbacks = [EmbeddingOnlyCallback(rows=args.rows, command=["vocabshift", *args.argv])]  # as it was run
     if _objective(args, model) == "next_token":
         blocks = pack_texts(texts, tokenizer, max_length=args.context_length, blocks=True)
         dataset = [{"input_ids": block, "labels": block} for block in blocks]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shlex
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -237,10 +236,11 @@ def _entry(models: dict[str, Model], method: str, fits: dict[str, Fit], plan: Ro
     return entry
 
 
-def _command(method: str, options: dict[str, tuple[Any, str | None]], output_dir: Path) -> str:
+def _command(method: str, options: dict[str, tuple[Any, str | None]], output_dir: Path) -> list[str]:
+    """The `vocabshift propagate` command that reproduces the call, as its words (as the record keeps commands)."""
     words = ["vocabshift", "propagate", *(str(value) for value, _ in options.values()), str(output_dir),
              "--method", method]
     for role, (_, revision) in options.items():
         if revision:
             words += [f"--{role}-revision", revision]
-    return shlex.join(words)
+    return words
