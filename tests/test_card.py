@@ -125,7 +125,7 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
 
 
 def test_commands_of_earlier_records_read_as_words(tmp_path):
-    """vocabshift 0.1 kept propagation's command as one shell string: it reads as its words, as every command is
+    """Earlier versions kept propagation's command as one shell string: it reads as its words, as every command is
     kept now, and the card shows the same line."""
     line = "vocabshift propagate org/base-ru org/base 'models/base instruct' out --method conversion"
     lineage = {"base": "org/base", "adapted": "org/base-ru", "instruct": "org/base-instruct", "method": "conversion"}

@@ -76,8 +76,8 @@ class ExtensionRecord:
         command (`list[str]`): the `vocabshift extend` command that reproduces the call: the one run, or, for a call
             from Python, its equivalent with `OUTPUT_DIR` for the output folder. Empty in records before 0.2.
         cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here; an entry's
-            `command`, where a command ran, is its words as `command` is (records of vocabshift 0.1 kept
-            propagation's as one shell string: read as its words).
+            `command`, where a command ran, is its words as `command` is (earlier records kept propagation's as one
+            shell string: it is read as its words).
         evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`).
     """
 
@@ -152,8 +152,8 @@ class ExtensionRecord:
 
 
 def _argv_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """History entries with every `command` as its words (a shell string, as vocabshift 0.1 wrote it, split); the list
-    itself when there is nothing to split."""
+    """History entries with every `command` as its words (a shell string, as earlier versions wrote propagation's,
+    split); the list itself when there is nothing to split."""
     if not any(isinstance(entry.get("command"), str) for entry in entries):
         return entries
     return [{**entry, "command": shlex.split(entry["command"])} if isinstance(entry.get("command"), str) else entry
