@@ -155,7 +155,7 @@ API = {
                             "second_stage is a str"),
     "command as one string": (lambda w: EmbeddingOnlyCallback(command="vocabshift train m t o"),
                               E.InvalidArgumentError, "command='vocabshift train m t o' is invalid: pass the words"),
-    "command=[1]": (lambda w: EmbeddingOnlyCallback(command=[1]), E.InvalidArgumentError, r"command=\[1\] is invalid"),
+    "command=[1]": (lambda w: EmbeddingOnlyCallback(command=[1]), E.InvalidArgumentError, "command=[1] is invalid"),
     "after_step=-1": (lambda w: SecondStage(after_step=-1), E.InvalidArgumentError, "after_step=-1"),
     "after_step='5'": (lambda w: SecondStage(after_step="5"), E.InvalidArgumentTypeError, "after_step='5'"),
     "lora=3": (lambda w: SecondStage(after_step=1, lora=3), E.InvalidArgumentError, "lora is a int"),
