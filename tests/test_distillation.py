@@ -17,11 +17,12 @@ from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.record import add_cpt_entry
 from vocabshift.training import pack_texts
 from vocabshift.training.distill.collator import DistillationCollator
-from vocabshift.training.distill.objective import DistillationWeights, distillation_loss, teacher_targets
+from vocabshift.training.distill.objective import distillation_loss, teacher_targets
 from vocabshift.training.distill.pieces import first_pieces, piece_tree
 from vocabshift.training.distill.schedule import TeacherSchedule
 from vocabshift.training.distill.teacher import Teacher, native_bf16
 from vocabshift.training.distill.trainer import DistillationTrainer
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 def _extended(architecture, tokenizers_en, tokenizers_ru, mode="extend"):

@@ -13,9 +13,9 @@ import vocabshift
 from conftest import make_model, make_tokenizer
 from vocabshift.errors import CorpusError, InvalidArgumentError
 from vocabshift.training import pack_texts
-from vocabshift.training.distill.objective import DistillationWeights
 from vocabshift.training.distill.replay import READ_EVERY, SourceReplay, source_loss
 from vocabshift.training.distill.trainer import DistillationTrainer
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 @pytest.fixture(scope="module")

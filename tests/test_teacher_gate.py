@@ -13,9 +13,10 @@ import vocabshift
 from conftest import make_model
 from vocabshift.training.distill.collator import DistillationCollator
 from vocabshift.training.distill.losses import first_piece_probs, teacher_gate, text_nll
-from vocabshift.training.distill.objective import DistillationWeights, distillation_loss, teacher_targets
+from vocabshift.training.distill.objective import distillation_loss, teacher_targets
 from vocabshift.training.distill.pieces import first_pieces, piece_tree
 from vocabshift.training.distill.teacher import Teacher
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 def test_gate_compares_both_probabilities_of_the_next_piece():

@@ -28,10 +28,11 @@ from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .cpt.freeze import ROW_CHOICES, freeze_for_embedding_training
 from .distill.collator import DistillationCollator
-from .distill.objective import DistillationWeights, distillation_loss, teacher_targets
+from .distill.objective import distillation_loss, teacher_targets
 from .distill.pieces import first_pieces, piece_tree
 from .distill.schedule import TeacherSchedule
 from .distill.teacher import Teacher
+from .distill.weights import DistillationWeights
 from .evaluation import check_causal_lm, eval_mode
 from .metrics import bits_per_byte
 from .plots import plot_curves, require_matplotlib

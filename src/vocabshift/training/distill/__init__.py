@@ -3,11 +3,12 @@ reading the same text in the old tokenization; the collator, objective, teacher 
 custom training loop can use."""
 
 from .collator import DistillationCollator
-from .objective import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
+from .objective import TeacherTargets, distillation_loss, teacher_targets
 from .pieces import PieceTree, first_pieces, piece_tree
 from .schedule import TeacherSchedule
 from .teacher import Teacher
 from .trainer import DistillationTrainer
+from .weights import DistillationWeights
 
 __all__ = [
     "DistillationCollator",

@@ -21,11 +21,12 @@ from ...record import get_record
 from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt.callback import EmbeddingOnlyCallback
 from .collator import DistillationCollator
-from .objective import DistillationWeights, distillation_loss, teacher_targets
+from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
 from .replay import READ_EVERY, SourceReplay, source_loss
 from .schedule import TeacherSchedule
 from .teacher import Teacher
+from .weights import DistillationWeights
 
 __all__ = ["DistillationTrainer"]
 
