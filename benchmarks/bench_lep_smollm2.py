@@ -29,9 +29,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import vocabshift
 from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokenizer
 from vocabshift.propagation import METHODS
+from vocabshift.record import add_cpt_entry
 from vocabshift.testing.corpora import read_corpus, smollm2
-from vocabshift.training import bits_per_byte, freeze_for_embedding_training, record_cpt
-from vocabshift.training.data import pack_blocks
+from vocabshift.training import bits_per_byte, freeze_for_embedding_training, pack_texts
 
 RESULTS = Path(__file__).parent / "results"
 PROMPT = "Reverse the order of these words: {}"
@@ -113,7 +113,7 @@ def make_adapted(folder: Path, train_lines: list[str], held: list[str], options)
     model, source = load_smollm2()
     tokenizer = model.extend_vocabulary(russian_tokenizer(source), method="subword", source_tokenizer=source)
     figures = {"before_cpt": bits_per_byte(model, tokenizer, held)}
-    data = pack_blocks(tokenizer, train_lines[:20000], options.context_length)
+    data = pack_texts(train_lines[:20000], tokenizer, max_length=options.context_length, blocks=True)
     generator = torch.Generator().manual_seed(0)
     batches = ((b, b) for b in (data[torch.randint(len(data), (options.batch_size,), generator=generator)]
                                 for _ in range(options.cpt_steps)))
@@ -122,7 +122,7 @@ def make_adapted(folder: Path, train_lines: list[str], held: list[str], options)
     figures["cpt_loss"] = train(model, trainable.parameters, batches, options.cpt_steps, options.cpt_lr)
     figures["cpt_seconds"] = time.perf_counter() - start
     trainable.fold()
-    record_cpt(model, {"rows": "new", "steps": options.cpt_steps, "lr": options.cpt_lr,
+    add_cpt_entry(model, {"rows": "new", "steps": options.cpt_steps, "lr": options.cpt_lr,
                        "batch_size": options.batch_size, "context_length": options.context_length})
     vocabshift.save_pretrained_atomic(model, tokenizer, folder)
     figures["new_tokens"] = len(vocabshift.get_record(model).new_ids)

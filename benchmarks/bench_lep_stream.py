@@ -146,7 +146,7 @@ def run_child(what: str, root: Path, shapes: dict | None = None) -> dict:
 
 
 def _embedding_bytes(folder: Path) -> int:
-    from vocabshift.propagation.shards import read_header
+    from vocabshift.headers import read_header
 
     total = 0
     for shard in folder.glob("*.safetensors"):

@@ -25,7 +25,7 @@ from bench_languages import BATCH, LENGTH, CausalCollator, setting_for, training
 
 from smollm2_ru import machine_load
 from vocabshift.training import freeze_for_embedding_training
-from vocabshift.training.source_replay import SourceReplay, source_loss
+from vocabshift.training.distill.replay import SourceReplay, source_loss
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from vocabshift.propagation.shards import _write_all, read_header
+from vocabshift.headers import read_header
+from vocabshift.propagation.shards import _write_all
 
 EMBEDDINGS = ("model.embed_tokens.weight", "lm_head.weight")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from vocabshift.training import freeze_body
+from vocabshift.training.cpt import freeze_body
 
 
 class MaskedRows:

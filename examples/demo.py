@@ -33,7 +33,6 @@ from vocabshift.save import atomic_folder
 from vocabshift.testing import LoopbackHub
 from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
 from vocabshift.training import pack_texts
-from vocabshift.training.data import pack_blocks
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
 
@@ -71,7 +70,7 @@ def train_embeddings(model, tokenizer, source, texts: list[str], options) -> lis
                                                  processing_class=tokenizer, teacher_tokenizer=source,
                                                  weights=weights, callbacks=callbacks)
     else:
-        blocks = pack_blocks(tokenizer, texts, 128)
+        blocks = pack_texts(texts, tokenizer, max_length=128, blocks=True)
         trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": b, "labels": b} for b in blocks],
                           callbacks=callbacks)
     start = time.perf_counter()

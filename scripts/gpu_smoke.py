@@ -19,8 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 
 import vocabshift
 from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
-from vocabshift.training import bits_per_byte, embedding_parameters
-from vocabshift.training.data import pack_blocks
+from vocabshift.training import bits_per_byte, pack_texts
+from vocabshift.training.cpt import embedding_parameters
 
 
 def main() -> int:
@@ -35,7 +35,7 @@ def main() -> int:
     train, held = held_out_split(read_corpus("ru"), 200)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     start = bits_per_byte(model.eval(), tokenizer, held[:50], context_length=128)
-    blocks = pack_blocks(tokenizer, train[:3000], 128)
+    blocks = pack_texts(train[:3000], tokenizer, max_length=128, blocks=True)
     with tempfile.TemporaryDirectory() as folder:
         args = TrainingArguments(folder, max_steps=options.steps, per_device_train_batch_size=8, learning_rate=1e-3,
                                  lr_scheduler_type="constant", weight_decay=0.1, report_to=[], save_strategy="no",

@@ -13,7 +13,8 @@ from huggingface_hub import HfApi, ModelCard
 
 import vocabshift
 from vocabshift.errors import ModelFolderError, RecordError
-from vocabshift.record import ExtensionRecord, extend_command, pack_ids
+from vocabshift.packing import pack_ids
+from vocabshift.record import ExtensionRecord, extend_command, find_record
 from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -103,7 +104,8 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
         new_token_ranges=[[4, 40], [44, 60]], shared=pack_ids([0, 0, 1, 1, 2, 2, 3, 3, 40, 10, 41, 11, 42, 12, 43, 13]),
         method_config={}, diagnostics={}, tokenizer_report={},
         cpt=[{"step": 0, "loss": 4.21, "tokens_seen": 0},
-             {"step": 50, "loss": 2.875, "tokens_seen": 51200, "command": "vocabshift train out/base-7b-ru ru.txt"}],
+             {"step": 50, "loss": 2.875, "tokens_seen": 51200,
+              "command": ["vocabshift", "train", "out/base-7b-ru", "ru.txt"]}],
         propagation=[{"base": "org/base-7b", "adapted": "me/base-7b-ru", "instruct": "org/base-7b-instruct",
                       "method": "conversion", "residual": {"input": 0.0312}}],
     )
@@ -120,6 +122,23 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
     assert (data.license, data.language, data.datasets) == ("apache-2.0", ["ru", "en"], ["me/ru-corpus"])
     assert data.tags == ["vocabshift", "random", "vocabulary-replacement", "embedding-only-cpt", "lep"]
     card.validate()  # the Hub's metadata rules, through the loopback /api/validate-yaml
+
+
+def test_commands_of_earlier_records_read_as_words(tmp_path):
+    """Earlier versions kept propagation's command as one shell string: it reads as its words, as every command is
+    kept now, and the card shows the same line."""
+    line = "vocabshift propagate org/base-ru org/base 'models/base instruct' out --method conversion"
+    lineage = {"base": "org/base", "adapted": "org/base-ru", "instruct": "org/base-instruct", "method": "conversion"}
+    folder = write_folder(tmp_path / "m", make_record(), extra={"cpt": [{"steps": 50, "objective": {"name": "x"}}],
+                                                                "propagation": [{**lineage, "command": line}]})
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    record = find_record(config)
+    assert record.propagation[0]["command"] == ["vocabshift", "propagate", "org/base-ru", "org/base",
+                                                "models/base instruct", "out", "--method", "conversion"]
+    assert record.to_dict()["propagation"][0]["command"] == record.propagation[0]["command"]
+    assert record.cpt == [{"steps": 50, "objective": {"name": "x"}}] and config["vocabshift"]["propagation"][0][
+        "command"] == line  # reading changes nothing stored
+    assert line in vocabshift.model_card(folder, language="ru", license="mit").text
 
 
 def test_card_of_an_in_memory_model(tokenizers_en, tokenizers_ru):

@@ -25,14 +25,16 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source)
     vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "extended")
     before = model.get_input_embeddings().weight.detach().clone()
-    result = run("train", str(tmp_path / "extended"), _texts(tmp_path / "train.txt.xz", ru_lines[:400]),
-                 str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32",
-                 "--objective", "next_token")
+    words = ["train", str(tmp_path / "extended"), _texts(tmp_path / "train.txt.xz", ru_lines[:400]),
+             str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32",
+             "--objective", "next_token"]
+    result = run(*words)
     assert "3 embedding-only steps" in result.stdout
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "trained")
     record = vocabshift.get_record(trained)
     assert record.cpt[-1]["steps"] == 3 and (tmp_path / "trained" / "cpt_loss.png").read_bytes()[:4] == b"\x89PNG"
     assert record.cpt[-1]["objective"] == {"name": "next_token"}
+    assert record.cpt[-1]["command"] == ["vocabshift", *words]  # as it was run, in the words the extend command has
     after, new_ids = trained.get_input_embeddings().weight, torch.tensor(record.new_ids)
     old = torch.ones(len(before), dtype=torch.bool)
     old[new_ids] = False

@@ -18,7 +18,7 @@ import vocabshift
 from conftest import DEVICES, make_model
 from test_training_callback import arguments, assert_only_new_rows_changed, blocks, extended, snapshot
 from test_training_freeze import old_mask, train
-from vocabshift.training import embedding_parameters, freeze_for_embedding_training
+from vocabshift.training.cpt import embedding_parameters, freeze_for_embedding_training, row_norms
 
 ACCELERATORS = DEVICES[1:]
 FAMILY = "sentencepiece"
@@ -76,7 +76,7 @@ def test_training_evaluation_and_probe_where_the_model_lives(tokenizers_en, toke
     with elsewhere(device):
         with freeze_for_embedding_training(model, rows="new") as trainable:
             train(model, trainable.parameters, batches)
-            norms = vocabshift.training.row_norms(model, trainable.ids)
+            norms = row_norms(model, trainable.ids)
             assert set(model.state_dict()) == set(base.state_dict())
         scores = vocabshift.evaluate(model, tokenizer, ru_lines[:20]).scores[0]
         result = vocabshift.probe(base, tokenizers_ru[FAMILY], ru_lines[:300], ru_lines[300:320], methods=["mean"],

@@ -8,8 +8,9 @@ import torch
 
 from conftest import FAMILIES
 from vocabshift.errors import InvalidArgumentError
-from vocabshift.training.chunks import align_chunks, token_boundaries
-from vocabshift.training.distill_data import DistillationCollator, pack_texts
+from vocabshift.training import pack_texts
+from vocabshift.training.distill._chunks import align_chunks, token_boundaries
+from vocabshift.training.distill.collator import DistillationCollator
 from vocabshift.vocab import merge_tokenizers
 
 TEXTS = [
@@ -120,3 +121,15 @@ def test_pack_texts_fills_sequences_in_order(tokenizers_en, en_lines):
     assert "\n".join(packed) == "\n".join(en_lines[:200])
     lengths = [len(ids) for ids in tokenizer(packed, add_special_tokens=False)["input_ids"]]
     assert len(packed) < 200 and max(lengths) < 128 + max(len(tokenizer(line)["input_ids"]) for line in en_lines[:200])
+
+
+def test_pack_texts_cuts_token_blocks_for_plain_training(tokenizers_en, en_lines):
+    """`blocks=True`: the lines' tokens, each line followed by eos, in whole blocks of exactly max_length."""
+    tokenizer = tokenizers_en["bytelevel"]
+    blocks = pack_texts(en_lines[:50], tokenizer, max_length=32, blocks=True)
+    stream = [i for line in en_lines[:50] for i in (*tokenizer(line, add_special_tokens=False)["input_ids"],
+                                                       tokenizer.eos_token_id)]
+    assert blocks.dtype == torch.int64 and blocks.device.type == "cpu"
+    assert blocks.shape == (len(stream) // 32, 32) and blocks.flatten().tolist() == stream[: blocks.numel()]
+    with pytest.raises(InvalidArgumentError, match="fewer than one block of 32"):
+        pack_texts(["short"], tokenizer, max_length=32, blocks=True)

@@ -12,12 +12,17 @@ from transformers import TrainingArguments
 import vocabshift
 from conftest import make_model
 from vocabshift import errors
+from vocabshift.embeddings import original_embeddings
 from vocabshift.errors import InvalidArgumentError, TrainingSetupError
-from vocabshift.training.distill_data import DistillationCollator, pack_texts
-from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
-from vocabshift.training.distillation import DistillationTrainer
-from vocabshift.training.teacher import Teacher, native_bf16
-from vocabshift.training.teacher_schedule import TeacherSchedule
+from vocabshift.record import add_cpt_entry
+from vocabshift.training import pack_texts
+from vocabshift.training.distill.collator import DistillationCollator
+from vocabshift.training.distill.objective import distillation_loss, teacher_targets
+from vocabshift.training.distill.pieces import first_pieces, piece_tree
+from vocabshift.training.distill.schedule import TeacherSchedule
+from vocabshift.training.distill.teacher import Teacher, native_bf16
+from vocabshift.training.distill.trainer import DistillationTrainer
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 def _extended(architecture, tokenizers_en, tokenizers_ru, mode="extend"):
@@ -144,6 +149,29 @@ def test_replace_mode_after_reload_needs_a_teacher_model(tokenizers_en, tokenize
     trainer.train()
 
 
+def test_replace_mode_keeps_the_original_rows_on_the_model(tokenizers_en, tokenizers_ru):
+    """What the teacher reads in replace mode travels with the model object (and its copies), never in its state
+    dict or in a table of the process: a model loaded again has none (the test above)."""
+    original, model, _, _ = _extended("llama-untied", tokenizers_en, tokenizers_ru, mode="replace")
+    kept = original_embeddings(model)
+    assert kept is not None and torch.equal(kept.input, original.get_input_embeddings().weight)
+    assert torch.equal(kept.head, original.get_output_embeddings().weight) and kept.bias is None
+    assert kept.input.shape[0] != model.get_input_embeddings().weight.shape[0]
+    assert set(model.state_dict()) == set(original.state_dict())
+    assert torch.equal(original_embeddings(copy.deepcopy(model)).input, kept.input)
+    assert original_embeddings(_extended("llama-untied", tokenizers_en, tokenizers_ru)[1]) is None  # extend mode
+
+
+def test_the_callback_is_the_one_writer_of_the_record_entry(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """Without EmbeddingOnlyCallback (a teacher_model given) no entry is written, and an earlier run's stays as it
+    was: the trainer only describes its objective to the callback, which writes the entry."""
+    original, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    add_cpt_entry(model, {"steps": 7, "objective": {"name": "next_token"}})
+    DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
+                        processing_class=tokenizer, teacher_tokenizer=source, teacher_model=original).train()
+    assert vocabshift.get_record(model).cpt == [{"steps": 7, "objective": {"name": "next_token"}}]
+
+
 def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     original, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
     trainer = DistillationTrainer(model=model, args=_args(tmp_path), train_dataset=ru_lines[:8],
@@ -230,7 +258,7 @@ def test_teacher_share_scores_the_first_sequences(tokenizers_en, tokenizers_ru, 
     reads only it), while next_token still scores the whole batch."""
     _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
     record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
-    tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
+    tree, pieces = piece_tree(record, rows), first_pieces(record, rows)
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
     collate = DistillationCollator(tokenizer, source, max_length=24)
     texts = sorted(ru_lines[:4], key=len)  # shortest first: the first half may need less teacher width than the batch
@@ -255,7 +283,7 @@ def test_teacher_share_counts_over_single_sequence_batches(tokenizers_en, tokeni
     (the teacher reads its first sequence): the share acts with one sequence per device and gradient accumulation."""
     _, model, tokenizer, source = _extended("llama-untied", tokenizers_en, tokenizers_ru)
     record, rows = vocabshift.get_record(model), model.get_input_embeddings().weight.shape[0]
-    tree, pieces = vocabshift.training.piece_tree(record, rows), vocabshift.training.first_pieces(record, rows)
+    tree, pieces = piece_tree(record, rows), first_pieces(record, rows)
     teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
     collate = DistillationCollator(tokenizer, source, max_length=24)
     weights = DistillationWeights(teacher_share=0.25, adaptive_share=False)
@@ -351,7 +379,7 @@ def test_teacher_in_bfloat16_gives_close_targets(tokenizers_en, tokenizers_ru, r
                                                                (True, torch.bfloat16, None)])
 def test_auto_teacher_dtype_is_bfloat16_only_for_a_float32_model_where_native(tokenizers_en, en_lines, monkeypatch,
                                                                                native, model_dtype, chosen):
-    monkeypatch.setattr("vocabshift.training.teacher.native_bf16", lambda device: native)
+    monkeypatch.setattr("vocabshift.training.distill.teacher.native_bf16", lambda device: native)
     tokenizer = tokenizers_en["bytelevel"]
     model = make_model("qwen2-tied", tokenizer).to(model_dtype)
     batch = DistillationCollator(tokenizer, tokenizer, max_length=16)(en_lines[:2])

@@ -1,4 +1,6 @@
-"""Imports follow the flow: errors/record/... -> vocab -> methods -> extend -> training -> propagation -> hub -> cli.
+"""Imports follow the flow: errors/record/... -> vocab -> methods -> extend -> training -> propagation -> hub -> cli;
+inside training: the CPT room -> the distillation room (which trains through the CPT callback) -> evaluate and probe
+(which drive both).
 
 Read statically from the sources (imports under `if TYPE_CHECKING:` are for the type checker and left out): every
 module imports only modules of its own stage or of earlier ones, and no module imports itself through others.
@@ -20,6 +22,8 @@ STAGES = [
     ("vocabshift.wordvectors", "vocabshift.embeddings"),
     ("vocabshift.methods",),
     ("vocabshift.inputs", "vocabshift.assemble", "vocabshift.extend"),
+    ("vocabshift.training.texts", "vocabshift.training.cpt"),
+    ("vocabshift.training.distill",),
     ("vocabshift.training",),
     ("vocabshift.propagation", "vocabshift.export", "vocabshift.serving", "vocabshift.inspection"),
     ("vocabshift.hub",),
@@ -103,3 +107,6 @@ def test_the_graph_is_read():
     train = GRAPH["vocabshift.cli_train"]
     assert "vocabshift.cli_common" in train and "vocabshift.cli" not in train
     assert "vocabshift.methods.base" not in GRAPH["vocabshift.registry"]  # a TYPE_CHECKING import
+    assert "vocabshift.training.cpt.callback" in GRAPH["vocabshift.training.distill.trainer"]
+    assert _stage("vocabshift.training.cpt.callback") < _stage("vocabshift.training.distill.trainer") \
+        < _stage("vocabshift.training.probing")

@@ -11,10 +11,11 @@ import torch
 import vocabshift
 from conftest import make_model
 from vocabshift.errors import InvalidArgumentError
-from vocabshift.training.distill_data import DistillationCollator
-from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
-from vocabshift.training.pieces import piece_tree
-from vocabshift.training.teacher import Teacher
+from vocabshift.training.distill.collator import DistillationCollator
+from vocabshift.training.distill.objective import distillation_loss, teacher_targets
+from vocabshift.training.distill.pieces import piece_tree
+from vocabshift.training.distill.teacher import Teacher
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 def _extended(tokenizers_en, tokenizers_ru, mode):

@@ -17,7 +17,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
 from conftest import ROOT, kill_once_written, make_model
-from vocabshift.training import record_cpt
+from vocabshift.record import add_cpt_entry
+from vocabshift.training.cpt import embedding_parameters, trainable_row_ids
 
 SHARD = "60KB"
 INSTRUCT_TEMPLATE = "{% for m in messages %}<|user|>{{ m['content'] }}<|end|>{% endfor %}"
@@ -50,12 +51,12 @@ def build_family(root: Path, architecture: str, source: object, new: object, *, 
     tokenizer.save_pretrained(folders["instruct"])
     adapted = AutoModelForCausalLM.from_pretrained(folders["base"], dtype=torch.float32)
     adapted_tokenizer = adapted.extend_vocabulary(new, mode=mode)
-    rows = vocabshift.training.trainable_row_ids(adapted, cpt_rows)
-    for parameter in vocabshift.training.embedding_parameters(adapted):
+    rows = trainable_row_ids(adapted, cpt_rows)
+    for parameter in embedding_parameters(adapted):
         with torch.no_grad():
             noise = 0.3 * parameter.std() * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(2))
             parameter[rows if rows is not None else slice(None)] += noise[rows if rows is not None else slice(None)]
-    record_cpt(adapted, {"rows": cpt_rows, "steps": 1})
+    add_cpt_entry(adapted, {"rows": cpt_rows, "steps": 1})
     vocabshift.save_pretrained_atomic(adapted, adapted_tokenizer, folders["adapted"], max_shard_size=SHARD)
     return folders
 

@@ -99,7 +99,7 @@ def test_a_base_adapted_was_not_made_from(frozen, tmp_path):
              "adapted was made from; pass as base the model adapted was extended from", frozen["adapted"], other,
              frozen["instruct"])
     _refused(tmp_path, errors.LineageError, "although its record shows no CPT \\(if a training loop of your own "
-             "changed them, record it with vocabshift.training.record_cpt", _without_cpt(frozen["adapted"], tmp_path),
+             "changed them, record it with vocabshift.record.add_cpt_entry", _without_cpt(frozen["adapted"], tmp_path),
              other, frozen["instruct"])
 
 

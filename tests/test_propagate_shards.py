@@ -12,7 +12,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from vocabshift.errors import ShardError, UnsupportedModelError
-from vocabshift.propagation.shards import Matrix, copy_shard, read_header, write_shard
+from vocabshift.headers import read_header
+from vocabshift.propagation.shards import Matrix, copy_shard, write_shard
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 import vocabshift
 from conftest import make_tokenizer
 from vocabshift.propagation import METHODS
+from vocabshift.record import add_cpt_entry
 from vocabshift.testing.corpora import read_sample
-from vocabshift.training import freeze_for_embedding_training, record_cpt
+from vocabshift.training import freeze_for_embedding_training
 
 CONTEXT, COPY_WORDS = 64, 1
 
@@ -124,7 +125,7 @@ def test_propagated_instruct_model_keeps_the_behaviour_and_gains_the_language(tm
     with freeze_for_embedding_training(adapted, rows="new") as trainable:
         train(adapted, trainable.parameters, lm_batches(blocks(adapted_tokenizer, ru[:8000]), 16, generator), 150,
               3e-3)
-    record_cpt(adapted, {"rows": "new", "steps": 150})
+    add_cpt_entry(adapted, {"rows": "new", "steps": 150})
     vocabshift.save_pretrained_atomic(adapted, adapted_tokenizer, tmp_path / "adapted")
 
     held = ru[-200:]

@@ -11,7 +11,8 @@ import pytest
 import vocabshift
 from vocabshift import registry
 from vocabshift.errors import InvalidArgumentError, MethodOptionError, RecordError
-from vocabshift.record import ExtensionRecord, get_record, id_ranges, pack_ids, unpack_ids
+from vocabshift.packing import id_ranges, pack_ids, unpack_ids
+from vocabshift.record import ExtensionRecord, get_record
 
 
 @dataclasses.dataclass(frozen=True)

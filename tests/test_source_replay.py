@@ -1,4 +1,4 @@
-"""Source-language text read at the output head only (`source_replay.py`) and its place in DistillationTrainer."""
+"""Source-language text read at the output head only (`distill/replay.py`) and its place in DistillationTrainer."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from transformers import TrainingArguments
 import vocabshift
 from conftest import make_model, make_tokenizer
 from vocabshift.errors import CorpusError, InvalidArgumentError
-from vocabshift.training.distill_data import pack_texts
-from vocabshift.training.distill_objective import DistillationWeights
-from vocabshift.training.distillation import DistillationTrainer
-from vocabshift.training.source_replay import READ_EVERY, SourceReplay, source_loss
+from vocabshift.training import pack_texts
+from vocabshift.training.distill.replay import READ_EVERY, SourceReplay, source_loss
+from vocabshift.training.distill.trainer import DistillationTrainer
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,12 @@ import torch
 
 import vocabshift
 from conftest import make_model
-from vocabshift.training.distill_data import DistillationCollator
-from vocabshift.training.distill_losses import first_piece_probs, teacher_gate, text_nll
-from vocabshift.training.distill_objective import DistillationWeights, distillation_loss, teacher_targets
-from vocabshift.training.pieces import first_pieces, piece_tree
-from vocabshift.training.teacher import Teacher
+from vocabshift.training.distill.collator import DistillationCollator
+from vocabshift.training.distill.losses import first_piece_probs, teacher_gate, text_nll
+from vocabshift.training.distill.objective import distillation_loss, teacher_targets
+from vocabshift.training.distill.pieces import first_pieces, piece_tree
+from vocabshift.training.distill.teacher import Teacher
+from vocabshift.training.distill.weights import DistillationWeights
 
 
 def test_gate_compares_both_probabilities_of_the_next_piece():

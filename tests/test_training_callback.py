@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, Trainin
 import vocabshift
 from conftest import ARCHITECTURES, make_model
 from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError
-from vocabshift.training import SecondStage, embedding_parameters
+from vocabshift.training import SecondStage
+from vocabshift.training.cpt import embedding_parameters
 
 
 def extended(architecture, tokenizers_en, tokenizers_ru):
@@ -101,7 +102,7 @@ def test_record_and_logs(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     assert entry["trainable_rows"] == len(vocabshift.get_record(model).new_ids)
     assert math.isfinite(entry["final_loss"]) and entry["final_loss"] == trainer.state.log_history[-2]["loss"]
     assert entry["learning_rate"] == 1e-2 and entry["weight_decay"] == 0.1
-    assert entry["objective"] == {"name": "next_token"}
+    assert entry["objective"] == {"name": "next_token"} and "command" not in entry  # no command ran it
     logged = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logged) == 5 and all("vocabshift/embed_new_row_norm" in log for log in logged)
     assert logged[0]["vocabshift/head_old_row_norm"] == pytest.approx(entry["row_norms"]["head_old_row_norm"])

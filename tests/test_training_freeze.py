@@ -9,7 +9,7 @@ import torch
 import vocabshift
 from conftest import DEVICES
 from test_training_callback import blocks, extended
-from vocabshift.training import embedding_parameters, freeze_for_embedding_training
+from vocabshift.training.cpt import embedding_parameters, freeze_for_embedding_training
 
 
 def train(model, parameters, batches):

@@ -15,9 +15,9 @@ import vocabshift
 from conftest import ROOT, kill_once_written, make_model, make_tokenizer, read_lines
 from test_training_callback import arguments, blocks, extended
 from vocabshift.errors import TrainingSetupError
-from vocabshift.training.distill_data import pack_texts
-from vocabshift.training.distillation import DistillationTrainer
-from vocabshift.training.resume import MARKER
+from vocabshift.training import pack_texts
+from vocabshift.training.cpt._resume import MARKER
+from vocabshift.training.distill.trainer import DistillationTrainer
 
 
 def _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, callbacks):
@@ -86,7 +86,7 @@ def test_distillation_refuses_a_checkpoint_saved_without_the_callback(tokenizers
 CHILD_TRAIN = """
 import sys, time
 sys.path.insert(0, sys.argv[3])
-from vocabshift.training import callback
+from vocabshift.training.cpt import callback
 written = callback.write_marker
 def stall(folder, setup):
     if str(folder).endswith("checkpoint-2"):

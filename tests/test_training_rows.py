@@ -1,4 +1,4 @@
-"""Split trainable rows (rows.py): the model stays a normal transformers model, saves and loads plain, folds back."""
+"""Split trainable rows (cpt/rows.py): the model stays a transformers model, saves and loads plain, folds back."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from conftest import DEVICES
 from test_training_callback import blocks, extended
 from test_training_freeze import old_mask, train
 from vocabshift.errors import TrainingSetupError, UnsupportedModelError
-from vocabshift.training import embedding_parameters, freeze_for_embedding_training
+from vocabshift.training.cpt import embedding_parameters, freeze_for_embedding_training
 
 ARCHITECTURES = ["llama-untied", "qwen2-tied", "gemma3-tied", "gpt2-tied"]
 

@@ -19,7 +19,6 @@ from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
-from .training.data import pack_blocks
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -85,9 +84,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
-    callbacks = [EmbeddingOnlyCallback(rows=args.rows)]
+    callbacks = [EmbeddingOnlyCallback(rows=args.rows, command=["vocabshift", *args.argv])]  # as it was run
     if _objective(args, model) == "next_token":
-        blocks = pack_blocks(tokenizer, texts, args.context_length)
+        blocks = pack_texts(texts, tokenizer, max_length=args.context_length, blocks=True)
         dataset = [{"input_ids": block, "labels": block} for block in blocks]
         return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
     record = get_record(model)

@@ -8,7 +8,6 @@ leaves it frozen, propagation carries it like the rows (see `propagation.plan.pr
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,23 +20,23 @@ from .vocab.load import fingerprint
 
 __all__ = [
     "MAX_PADDING_ROWS",
+    "ORIGINALS",
     "EmbeddingNames",
     "Embeddings",
+    "OriginalEmbeddings",
     "check_tokenizer",
     "embedding_names",
     "find_embeddings",
     "input_matrix",
     "original_embeddings",
-    "original_tensors",
-    "remember_original",
 ]
 
 # Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
 # tokenizer, whose ids would name rows of other tokens.
 MAX_PADDING_ROWS = 1024
 
-# The embedding tensors models had before replace mode, for distillation's teacher (this process only).
-_ORIGINALS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor | None]] = weakref.WeakKeyDictionary()
+# The model attribute that holds the embedding tensors a model had before replace mode (`OriginalEmbeddings`).
+ORIGINALS = "_vocabshift_original_embeddings"
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Embeddings:
         num_rows (`int`): rows of the input matrix (padding rows included).
 
     The modules are typed as the classes nearly every model uses; any module with a 2-D `weight` is accepted (and
-    `training.rows` refuses, for split rows, what is not a plain `nn.Embedding` / `nn.Linear`).
+    `training.cpt.rows` refuses, for split rows, what is not a plain `nn.Embedding` / `nn.Linear`).
     """
 
     input: torch.nn.Embedding
@@ -202,20 +201,43 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
         )
 
 
-def original_tensors(model: Model) -> dict[str, torch.Tensor | None]:
-    """The model's embedding tensors by role (`input`, `head`, `bias`; the same tensor twice when tied), detached
-    views of the same storage, not copies."""
-    embeddings = find_embeddings(model)
-    head, bias = embeddings.head, embeddings.bias
-    return {"input": embeddings.input.weight.detach(), "head": None if head is None else head.weight.detach(),
-            "bias": None if bias is None else bias.detach()}
+@dataclass(frozen=True, eq=False)
+class OriginalEmbeddings:
+    """A model's embedding tensors by role, as they were before `extend_vocabulary` replaced its vocabulary.
+
+    Distillation's teacher runs the original model on the old tokenization, so in replace mode `extend_vocabulary`
+    keeps them on the model (attribute `ORIGINALS`, read by `original_embeddings`): the tensors the model held,
+    detached, not copies. A plain attribute, not a parameter or buffer: `state_dict()` and `save_pretrained` leave it
+    out, so a model loaded again has none (its distillation then needs a `teacher_model`); `copy.deepcopy` copies
+    it.
+
+    Attributes:
+        input (`torch.Tensor`): the input embedding matrix.
+        head (`torch.Tensor | None`): the output head's weight (the same tensor when tied); None without a head.
+        bias (`torch.Tensor | None`): the head's bias, if it has one.
+    """
+
+    input: torch.Tensor
+    head: torch.Tensor | None
+    bias: torch.Tensor | None
+
+    @classmethod
+    def of(cls, model: Model) -> OriginalEmbeddings:
+        """The embedding tensors `model` holds now, detached views of the same storage (a tied head: one tensor)."""
+        embeddings = find_embeddings(model)
+        weight, output, bias = embeddings.input.weight.detach(), embeddings.output, embeddings.bias
+        head = weight if embeddings.tied else None if output is None else output.weight.detach()
+        return cls(weight, head, None if bias is None else bias.detach())
+
+    def first_rows(self, count: int) -> OriginalEmbeddings:
+        """Copies of the first `count` rows of each tensor (the old vocabulary's), made before any of them trains;
+        a tied head shares the input's copy."""
+        rows = self.input[:count].clone()
+        head = rows if self.head is self.input else None if self.head is None else self.head[:count].clone()
+        return OriginalEmbeddings(rows, head, None if self.bias is None else self.bias[:count].clone())
 
 
-def remember_original(model: Model) -> None:
-    """Keep the embedding tensors `model` has now (`original_tensors`) before they are replaced."""
-    _ORIGINALS[model] = original_tensors(model)
-
-
-def original_embeddings(model: Model) -> dict[str, torch.Tensor | None] | None:
-    """The tensors `remember_original` kept for `model`, by role; None if none were kept."""
-    return _ORIGINALS.get(model)
+def original_embeddings(model: Model) -> OriginalEmbeddings | None:
+    """The embedding tensors `extend_vocabulary` kept on `model` when it replaced its vocabulary; None if none."""
+    found = vars(model).get(ORIGINALS)
+    return found if isinstance(found, OriginalEmbeddings) else None

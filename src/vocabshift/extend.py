@@ -21,7 +21,7 @@ from ._version import __version__
 from .arguments import check_choice, check_count, check_flag
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
-from .embeddings import Embeddings, check_tokenizer, find_embeddings, remember_original
+from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
 from .errors import (
     InvalidArgumentError,
     MethodResultError,
@@ -31,7 +31,8 @@ from .errors import (
 )
 from .inputs import resolve_inputs
 from .methods import InitContext, InitResult
-from .record import ExtensionRecord, extend_command, id_ranges, pack_ids, set_record
+from .packing import id_ranges, pack_ids
+from .record import ExtensionRecord, extend_command, set_record
 from .registry import build_config, get_method
 from .vocab.align import Alignment, align
 from .vocab.ids import remap_token_ids
@@ -324,10 +325,11 @@ def _id_map(alignment: Alignment) -> dict[int, int]:
 
 def _write(model: Model, embeddings: Embeddings, weights: dict[str, torch.Tensor], record: ExtensionRecord,
            id_map: dict[int, int] | None) -> None:
-    """The only writes to the model: embedding rows, head size, vocabulary size, special ids, the record."""
+    """The only writes to the model: embedding rows (in replace mode the original ones kept beside them, for
+    distillation's teacher), head size, vocabulary size, special ids, the record."""
     num_rows = weights["input"].shape[0]
-    if id_map is not None:  # replace mode: distillation's teacher needs the original rows
-        remember_original(model)
+    if id_map is not None:  # replace mode: distillation's teacher reads the original rows from the model
+        setattr(model, ORIGINALS, OriginalEmbeddings.of(model))
     embeddings.input.weight.data = weights["input"]
     embeddings.input.num_embeddings = num_rows
     if embeddings.output is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from .errors import RecordError
-from .packing import id_ranges, pack_ids, unpack_ids
+from .packing import unpack_ids
 
 __all__ = [
     "CONFIG_KEY",
@@ -32,17 +33,13 @@ __all__ = [
     "find_record",
     "get_record",
     "has_record",
-    "id_ranges",
     "new_ids_of",
     "no_record_error",
     "note_command",
-    "note_objective",
-    "pack_ids",
     "propagated",
     "require_record",
     "set_record",
     "store_record",
-    "unpack_ids",
 ]
 
 CONFIG_KEY = "vocabshift"
@@ -78,7 +75,9 @@ class ExtensionRecord:
             options of the `extend_vocabulary` call as given (method options as JSON, objects by a short label).
         command (`list[str]`): the `vocabshift extend` command that reproduces the call: the one run, or, for a call
             from Python, its equivalent with `OUTPUT_DIR` for the output folder. Empty in records before 0.2.
-        cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here.
+        cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here; an entry's
+            `command`, where a command ran, is its words as `command` is (earlier records kept propagation's as one
+            shell string: it is read as its words).
         evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`).
     """
 
@@ -110,6 +109,9 @@ class ExtensionRecord:
     propagation: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     vocabshift_version: str = ""
+
+    def __post_init__(self) -> None:
+        self.cpt, self.propagation = _argv_commands(self.cpt), _argv_commands(self.propagation)
 
     @property
     def new_ids(self) -> list[int]:
@@ -147,6 +149,15 @@ class ExtensionRecord:
         if missing:
             raise RecordError(f"The vocabshift record lacks {missing}: it is damaged; re-run extend_vocabulary.")
         return cls(**{key: value for key, value in data.items() if key in names})
+
+
+def _argv_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """History entries with every `command` as its words (a shell string, as earlier versions wrote propagation's,
+    split); the list itself when there is nothing to split."""
+    if not any(isinstance(entry.get("command"), str) for entry in entries):
+        return entries
+    return [{**entry, "command": shlex.split(entry["command"])} if isinstance(entry.get("command"), str) else entry
+            for entry in entries]
 
 
 def no_record_error(what: str, fix: str) -> RecordError:
@@ -227,15 +238,6 @@ def add_cpt_entry(model: Any, entry: Mapping[str, Any]) -> bool:
     if history is None:
         return False
     history.append(dict(entry))
-    return True
-
-
-def note_objective(model: Any, objective: Mapping[str, Any]) -> bool:
-    """Note the training objective in the last `cpt` entry; False (nothing done) without a record or a CPT entry."""
-    history = _history(model, "cpt")
-    if not history:
-        return False
-    history[-1]["objective"] = dict(objective)
     return True
 
 

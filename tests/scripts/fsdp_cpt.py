@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
-from vocabshift.training import freeze_for_embedding_training, row_norms
+from vocabshift.training.cpt import freeze_for_embedding_training, row_norms
 
 STEPS, BATCH = 3, 4
 

@@ -118,9 +118,14 @@ def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options:
              *_extend_lines(record, extended)]
     steps = (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation))
     for step, entries in steps:
-        commands = [entry["command"] for entry in entries if isinstance(entry.get("command"), str)]
+        commands = [shlex.join(entry["command"]) for entry in entries if entry.get("command")]
         lines += commands or ([f"# then {step}: see the table above"] if entries else [])
     return lines + [_card_command(output, card_options), f"vocabshift push {output} {repo_id}"]
+
+
+def _shell_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """History entries with their commands (words in the record) as the shell line a reader copies."""
+    return [{**entry, "command": shlex.join(entry["command"])} if entry.get("command") else entry for entry in entries]
 
 
 def _limits(record: ExtensionRecord) -> list[str]:
@@ -155,10 +160,10 @@ def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str |
         "options": sorted((k, cell(v)) for k, v in method["options"].items()),
         "diagnostics": [t.markdown() for t in tables(record.diagnostics)],
         "evaluation": [Evaluation.from_dict(entry).to_markdown() for entry in record.evaluations],
-        "cpt": [t.markdown() for t in tables(record.cpt)],
+        "cpt": [t.markdown() for t in tables(_shell_commands(record.cpt))],
         "plots": list(plots),
         "lineage": _lineage(record),
-        "propagation": [t.markdown() for t in tables(record.propagation)],
+        "propagation": [t.markdown() for t in tables(_shell_commands(record.propagation))],
         "lep_url": LEP_URL,
         "repo_id": repo_id,
         "auto_class": _AUTO_CLASSES.get(pipeline_tag or "", "AutoModel"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shlex
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 from .._version import __version__
 from ..arguments import check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
-from ..headers import check_weight_map
+from ..headers import Header, check_weight_map, read_header
 from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder, save_tokenizer
 from ..vocab.load import load_tokenizer
@@ -26,7 +25,7 @@ from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
 from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_plan
-from .shards import Blocks, Header, Matrix, copy_shard, read_header, read_vector, write_shard
+from .shards import Blocks, Matrix, copy_shard, read_vector, write_shard
 from .sources import find_layout, open_source
 
 __all__ = ["propagate"]
@@ -235,10 +234,11 @@ def _entry(models: dict[str, Model], method: str, fits: dict[str, Fit], plan: Ro
     return entry
 
 
-def _command(method: str, options: dict[str, tuple[Any, str | None]], output_dir: Path) -> str:
+def _command(method: str, options: dict[str, tuple[Any, str | None]], output_dir: Path) -> list[str]:
+    """The `vocabshift propagate` command that reproduces the call, as its words (as the record keeps commands)."""
     words = ["vocabshift", "propagate", *(str(value) for value, _ in options.values()), str(output_dir),
              "--method", method]
     for role, (_, revision) in options.items():
         if revision:
             words += [f"--{role}-revision", revision]
-    return shlex.join(words)
+    return words

@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from ..errors import LineageError, RecordError
+from ..headers import Header, TensorInfo, read_header
 from ..record import ExtensionRecord
 from .checks import Model, lineage_fix
 from .fit import spread_runs
-from .shards import Header, TensorInfo, read_header, same_bytes
+from .shards import same_bytes
 from .sources import Source
 
 __all__ = ["check_rows"]
@@ -71,7 +72,7 @@ def _check_frozen(record: ExtensionRecord, rows: tuple[torch.Tensor, ...], base:
         raise LineageError(f"adapted's rows of old tokens differ from base's and equal instruct's "
                            f"({len(equal)} sampled rows): {_swapped(base, instruct)}.")
     why = ("its record says CPT trained only the new rows" if record.cpt else "its record shows no CPT (if a "
-           "training loop of your own changed them, record it with vocabshift.training.record_cpt(model, "
+           "training loop of your own changed them, record it with vocabshift.record.add_cpt_entry(model, "
            "{'rows': 'all'}) before saving)")
     raise LineageError(f"adapted's rows of old tokens differ from base's ({int((~equal).sum())} of {len(equal)} "
                        f"sampled rows), although {why}: base={base.source.name!r} is not the model adapted was made "

@@ -1,6 +1,6 @@
 """Safetensors shards without loading them: row reads with `pread`, shard rewrites tensor by tensor.
 
-Headers are parsed and checked by `vocabshift.headers` (re-exported here). Reading rows of a matrix touches only
+Headers are parsed and checked by `vocabshift.headers`. Reading rows of a matrix touches only
 those rows' bytes; rewriting a shard copies the bytes of the tensors it keeps and streams the replaced ones block by
 block, so memory stays at one block.
 """
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from ..errors import UnsupportedModelError
-from ..headers import ITEM_BITS, Header, TensorInfo, corrupted, read_header
+from ..headers import ITEM_BITS, Header, corrupted
 
-__all__ = ["Header", "Matrix", "TensorInfo", "copy_shard", "read_header", "read_vector", "same_bytes", "write_shard"]
+__all__ = ["Blocks", "Matrix", "copy_shard", "read_vector", "same_bytes", "write_shard"]
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from .shards import read_header
+from ..headers import read_header
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 

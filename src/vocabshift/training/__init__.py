@@ -1,25 +1,17 @@
-"""Training side: embedding-only CPT (plain functions + the thin Trainer callback), metrics, evaluate, probe."""
+"""Training, in rooms: `cpt/` (embedding-only continued pretraining: the thin `EmbeddingOnlyCallback` over plain
+functions), `distill/` (`DistillationTrainer`: the new rows learn from the original model), and here what measures
+them or drives both (`evaluate`, `probe`, `bits_per_byte`, plots) and `pack_texts`, which packs text for either.
 
-from .callback import EmbeddingOnlyCallback
-from .distill_data import DistillationCollator, pack_texts
-from .distill_objective import DistillationWeights, TeacherTargets, distillation_loss, teacher_targets
-from .distillation import DistillationTrainer
+This list is what a training script needs; the plain functions of custom training loops are exported by the rooms
+(`vocabshift.training.cpt`, `vocabshift.training.distill`).
+"""
+
+from .cpt import EmbeddingOnlyCallback, SecondStage, TrainableRows, freeze_for_embedding_training
+from .distill import DistillationCollator, DistillationTrainer, DistillationWeights, TeacherSchedule
 from .evaluation import Evaluation, ModelScores, evaluate
-from .freeze import (
-    embedding_parameters,
-    freeze_body,
-    freeze_for_embedding_training,
-    record_cpt,
-    row_norms,
-    trainable_row_ids,
-)
-from .metrics import bits_per_byte, token_nll
-from .pieces import PieceTree, first_pieces, piece_tree
-from .plots import plot_curves
+from .metrics import bits_per_byte
 from .probing import ProbeResult, probe
-from .rows import TrainableRows
-from .stage import SecondStage
-from .teacher_schedule import TeacherSchedule
+from .texts import pack_texts
 
 __all__ = [
     "DistillationCollator",
@@ -28,26 +20,13 @@ __all__ = [
     "EmbeddingOnlyCallback",
     "Evaluation",
     "ModelScores",
-    "PieceTree",
     "ProbeResult",
     "SecondStage",
     "TeacherSchedule",
-    "TeacherTargets",
     "TrainableRows",
     "bits_per_byte",
-    "distillation_loss",
-    "embedding_parameters",
     "evaluate",
-    "first_pieces",
-    "freeze_body",
     "freeze_for_embedding_training",
     "pack_texts",
-    "piece_tree",
-    "plot_curves",
     "probe",
-    "record_cpt",
-    "row_norms",
-    "teacher_targets",
-    "token_nll",
-    "trainable_row_ids",
 ]

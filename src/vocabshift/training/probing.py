@@ -26,15 +26,17 @@ from ..record import get_record
 from ..registry import build_config, get_method
 from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
-from .distill_data import DistillationCollator, pack_texts
-from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
+from .cpt.freeze import ROW_CHOICES, freeze_for_embedding_training
+from .distill.collator import DistillationCollator
+from .distill.objective import distillation_loss, teacher_targets
+from .distill.pieces import first_pieces, piece_tree
+from .distill.schedule import TeacherSchedule
+from .distill.teacher import Teacher
+from .distill.weights import DistillationWeights
 from .evaluation import check_causal_lm, eval_mode
-from .freeze import ROW_CHOICES, freeze_for_embedding_training
 from .metrics import bits_per_byte
-from .pieces import first_pieces, piece_tree
 from .plots import plot_curves, require_matplotlib
-from .teacher import Teacher
-from .teacher_schedule import TeacherSchedule
+from .texts import pack_texts
 
 __all__ = ["ProbeResult", "probe"]
 

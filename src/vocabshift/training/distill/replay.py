@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from ..corpus import source_lines
-from ..errors import CorpusError
-from .distill_data import pack_texts, prefix_id
+from ...corpus import source_lines
+from ...errors import CorpusError
+from ..texts import pack_texts
+from .collator import prefix_id
 
 __all__ = ["READ_EVERY", "SourceReplay", "source_loss"]
 

@@ -1,23 +1,23 @@
 """Data for distillation across tokenizers: raw text in, both tokenizations and their chunk maps out.
 
 `DistillationCollator` tokenizes each text with the student's (new) and the teacher's (old) tokenizer, aligns the
-two into chunks (`chunks.py`), cuts both sides at the same shared boundary, and pads. Everything per token is
+two into chunks (`_chunks.py`), cuts both sides at the same shared boundary, and pads. Everything per token is
 vectorized (the tokenizers' batch encoders and NumPy); nothing per token runs in Python in the training step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import InvalidArgumentError
-from .chunks import align_chunks
+from ...errors import InvalidArgumentError
+from ._chunks import align_chunks
 
-__all__ = ["DistillationCollator", "pack_texts"]
+__all__ = ["DistillationCollator", "prefix_id"]
 
 
 def prefix_id(tokenizer: Any, side: str) -> int:
@@ -121,26 +121,3 @@ def _pad(rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
     arrays["chunk_mask"] = arrays["chunk_ends"] >= 0
     arrays["labels"] = np.where(arrays["attention_mask"] == 1, arrays["input_ids"], -100)
     return {name: torch.from_numpy(array) for name, array in arrays.items()}  # on the CPU, as a data loader gives
-
-
-def pack_texts(texts: Iterable[str], tokenizer: Any, *, max_length: int, separator: str = "\n") -> list[str]:
-    """Join consecutive texts (with `separator`) into texts of about `max_length` tokens of `tokenizer`.
-
-    Short lines waste most of a padded sequence; packing them fills it, as `pack_blocks` does for plain
-    next-token training. A text longer than `max_length` stays alone (the collator cuts it).
-
-    Returns:
-        the packed texts, in order.
-    """
-    texts = list(texts)
-    lengths = [len(ids) + 1 for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    packed, current, used = list[str](), list[str](), 1  # the collator's first token
-    for text, length in zip(texts, lengths):
-        if current and used + length > max_length:
-            packed.append(separator.join(current))
-            current, used = [], 1
-        current.append(text)
-        used += length
-    if current:
-        packed.append(separator.join(current))
-    return packed

@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from ..record import ExtensionRecord, unpack_ids
+from ...packing import unpack_ids
+from ...record import ExtensionRecord
 
 __all__ = ["PieceTree", "first_pieces", "piece_tree"]
 

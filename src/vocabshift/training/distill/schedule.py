@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .distill_objective import DistillationWeights
+from .weights import DistillationWeights
 
 __all__ = ["TeacherSchedule"]
 

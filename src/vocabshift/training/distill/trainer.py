@@ -15,18 +15,18 @@ from typing import Any, Literal
 import torch
 from transformers import Trainer
 
-from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
-from ..record import get_record, note_objective
-from ..vocab.load import fingerprint, load_tokenizer
-from .callback import EmbeddingOnlyCallback
-from .distill_data import DistillationCollator
-from .distill_objective import DistillationWeights, distillation_loss, teacher_targets
+from ...embeddings import find_embeddings
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
+from ...record import get_record
+from ...vocab.load import fingerprint, load_tokenizer
+from ..cpt.callback import EmbeddingOnlyCallback
+from .collator import DistillationCollator
+from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
-from .resume import plain_checkpoint_error
-from .source_replay import READ_EVERY, SourceReplay, source_loss
+from .replay import READ_EVERY, SourceReplay, source_loss
+from .schedule import TeacherSchedule
 from .teacher import Teacher
-from .teacher_schedule import TeacherSchedule
+from .weights import DistillationWeights
 
 __all__ = ["DistillationTrainer"]
 
@@ -113,7 +113,8 @@ class DistillationTrainer(Trainer):
 
     Raises:
         `TrainingSetupError`: no `EmbeddingOnlyCallback` and no `teacher_model` (the body would train and the
-            teacher drift with it), or replace mode without the original rows in this process.
+            teacher drift with it), or replace mode on a model that does not carry its original rows (loaded from a
+            folder) without `teacher_model`.
         `RecordError`: the model carries no ExtensionRecord.
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
@@ -155,10 +156,24 @@ class DistillationTrainer(Trainer):
         self._parts: dict[str, list[float]] = defaultdict(list)
         self.schedule = TeacherSchedule(self.weights)
         self.source = _source_replay(self.weights, processing_class, teacher_tokenizer, source_texts, max_length)
+        callback = self._embedding_callback()
+        if callback is not None:  # the callback writes the run's record entry; this trainer says what it trained on
+            callback.describe_objective(self.objective_entry)
+
+    def _embedding_callback(self) -> EmbeddingOnlyCallback | None:
+        return next((c for c in self.callback_handler.callbacks if isinstance(c, EmbeddingOnlyCallback)), None)
+
+    def objective_entry(self) -> dict[str, Any]:
+        """The loss this trainer computes, as the record's CPT entry keeps it: the weights, the teacher's precision
+        (`"auto"` until the teacher first runs) and whether the source text was read."""
+        dtype = self.teacher.dtype
+        return {"name": "distillation", **self.weights.to_dict(),
+                "teacher_dtype": None if dtype is None else str(dtype).removeprefix("torch."),
+                "source_read": self.source is not None}
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Check the checkpoint's trainable rows before its optimizer state is loaded (`TrainingSetupError`)."""
-        callback = next((c for c in self.callback_handler.callbacks if isinstance(c, EmbeddingOnlyCallback)), None)
+        callback = self._embedding_callback()
         if checkpoint is None or callback is None:
             return super()._load_optimizer_and_scheduler(checkpoint)
         callback.check_checkpoint(checkpoint)
@@ -167,7 +182,7 @@ class DistillationTrainer(Trainer):
         except ValueError as error:  # torch: the saved groups hold other parameters
             if "parameter group" not in str(error):
                 raise
-            raise plain_checkpoint_error(checkpoint, callback.training_setup()) from error
+            raise callback.plain_checkpoint_error(checkpoint) from error
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself
@@ -209,13 +224,3 @@ class DistillationTrainer(Trainer):
             logs.update({f"distill/{name}": sum(v) / len(v) for name, v in self._parts.items() if v})
             self._parts.clear()
         super().log(logs, start_time)
-
-    def train(self, *args: Any, **kwargs: Any) -> Any:
-        """`Trainer.train`, then the objective (weights, teacher precision, whether the source text was read) is
-        noted in the record's last CPT entry."""
-        output = super().train(*args, **kwargs)
-        dtype = self.teacher.dtype  # "auto" until the teacher first runs
-        note_objective(self.model, {"name": "distillation", **self.weights.to_dict(),
-                                    "teacher_dtype": None if dtype is None else str(dtype).removeprefix("torch."),
-                                    "source_read": self.source is not None})
-        return output

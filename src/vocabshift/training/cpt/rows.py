@@ -27,10 +27,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .._typing import Model
-from ..embeddings import find_embeddings
-from ..errors import TrainingSetupError, UnsupportedModelError
-from .fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
+from ..._typing import Model
+from ...embeddings import find_embeddings
+from ...errors import TrainingSetupError, UnsupportedModelError
+from ._fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
 __all__ = ["TrainableRows", "current_split", "embedding_parameters", "split_rows"]
 
@@ -167,7 +167,7 @@ def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> 
         if module is not None and hasattr(module, ROWS):
             raise TrainingSetupError(
                 f"{type(module).__name__} already has split trainable rows: fold the earlier split "
-                "(vocabshift.training.rows.current_split(model).fold()) before splitting again."
+                "(vocabshift.training.cpt.rows.current_split(model).fold()) before splitting again."
             )
 
 

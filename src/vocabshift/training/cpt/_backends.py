@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TrainingSetupError
+from ...errors import TrainingSetupError
 
 __all__ = ["refuse_backend"]
 

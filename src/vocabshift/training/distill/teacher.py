@@ -3,9 +3,10 @@
 In extend mode with only the new rows training, the model itself is the original model when fed old ids (their
 rows never change): one extra no-grad forward, no copy of any weight. Otherwise (replace mode, or old rows that
 train) the body runs on the original rows' embeddings (`inputs_embeds`) and the original head turns its last hidden
-state into logits: the model's own embedding modules, and whatever trains in them, are not used. extend_vocabulary
-keeps the original matrices in replace mode (`embeddings.remember_original`: the tensors it replaced, not copies);
-old rows that train are copied once, before training. A separate teacher model with the old tokenizer works too.
+state into logits: the model's own embedding modules, and whatever trains in them, are not used. In replace mode
+extend_vocabulary keeps the original matrices on the model (`embeddings.OriginalEmbeddings`: the tensors it
+replaced, not copies); old rows that train are copied once, before training. A separate teacher model with the old
+tokenizer works too.
 
 The teacher only infers, so it can run in a lower precision than the student trains in (`dtype`, under autocast):
 on GPUs and on CPUs with bf16 matrix units its forward, the largest part of a distillation step's extra cost, gets
@@ -23,9 +24,9 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from ..embeddings import find_embeddings, original_embeddings, original_tensors
-from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import find_record
+from ...embeddings import OriginalEmbeddings, find_embeddings, original_embeddings
+from ...errors import InvalidArgumentError, TrainingSetupError
+from ...record import find_record
 
 __all__ = ["Teacher", "TeacherOutput", "native_bf16"]
 
@@ -56,7 +57,7 @@ class Teacher:
             `torch.bfloat16` for a float32 model on a device that computes it natively (`native_bf16`), else `None`.
 
     Raises:
-        `TrainingSetupError`: replace mode without the original rows in this process (pass `teacher_model`).
+        `TrainingSetupError`: replace mode, and the model does not carry its original rows (pass `teacher_model`).
         `InvalidArgumentError`: a `dtype` that is not a floating-point `torch.dtype`, `"auto"` or `None`.
     """
 
@@ -67,15 +68,14 @@ class Teacher:
                                        "as torch.bfloat16, None for the model's own, or 'auto' (bfloat16 where the "
                                        "device computes it natively).")
         self.model, self.old_rows, self.teacher_model, self.dtype = model, old_rows, teacher_model, dtype
-        self.original: dict[str, torch.Tensor | None] | None = None
+        self.original: OriginalEmbeddings | None = None
         if teacher_model is not None:
             return
         record = find_record(model)
         if record is not None and record.mode == "replace":
             self.original = _originals(model)
         elif not frozen_old_rows:  # old rows will train: copy them now, while they are the original ones
-            self.original = {role: None if t is None else t[:old_rows].clone()
-                             for role, t in original_tensors(model).items()}
+            self.original = OriginalEmbeddings.of(model).first_rows(old_rows)
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, layer: int,
@@ -85,9 +85,7 @@ class Teacher:
         model = self.teacher_model if self.teacher_model is not None else self.model
         inputs = {"input_ids": input_ids}
         if self.original is not None:
-            original = self.original["input"]
-            assert original is not None  # remember_original always keeps the input matrix
-            inputs = {"inputs_embeds": _lookup(find_embeddings(self.model).input, original, input_ids)}
+            inputs = {"inputs_embeds": _lookup(find_embeddings(self.model).input, self.original.input, input_ids)}
         if self.dtype == "auto":
             self.dtype = _auto_dtype(model, input_ids.device)
         with self._precision(input_ids.device):
@@ -113,9 +111,8 @@ class Teacher:
             assert found.head is not None  # a causal LM has a head
             weight, bias = found.head.weight, found.bias
         else:
-            head = self.original["head"] if self.original["head"] is not None else self.original["input"]
-            assert head is not None  # remember_original always keeps the input matrix
-            weight, bias = head, self.original["bias"]
+            original = self.original
+            weight, bias = original.head if original.head is not None else original.input, original.bias
         weight, bias = weight[: self.old_rows], None if bias is None else bias[: self.old_rows]
         dtype = self._chosen or hidden.dtype
         scores = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
@@ -148,12 +145,12 @@ def _lookup(module: torch.nn.Module, weight: torch.Tensor, ids: torch.Tensor) ->
     return embeds if scale is None else embeds * torch.as_tensor(scale, dtype=embeds.dtype, device=embeds.device)
 
 
-def _originals(model: Any) -> dict[str, torch.Tensor | None]:
+def _originals(model: Any) -> OriginalEmbeddings:
     originals = original_embeddings(model)
     if originals is None:
         raise TrainingSetupError(
-            "The model's vocabulary was replaced (mode='replace') but its original embedding rows are not in this "
-            "process (it was saved and loaded again, or copied): pass teacher_model=<the original model, loaded "
+            "The model's vocabulary was replaced (mode='replace') but it does not carry its original embedding rows "
+            "(it was loaded from a folder, where they are not saved): pass teacher_model=<the original model, loaded "
             "with AutoModelForCausalLM.from_pretrained(record.source_model)>."
         )
     return originals

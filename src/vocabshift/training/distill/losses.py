@@ -1,6 +1,6 @@
 """Losses that learn new embedding rows from the original model on the same text in the old tokenization.
 
-Five objectives over the chunks of `chunks.py` (chunk 0 is the shared first token: never scored itself, though
+Five objectives over the chunks of `_chunks.py` (chunk 0 is the shared first token: never scored itself, though
 `next_piece_loss` scores the prediction made after it):
 
 - `hidden_state_loss`: the student's hidden state after the last token of each chunk against the teacher's after

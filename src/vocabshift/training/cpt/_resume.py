@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..errors import TrainingSetupError
+from ...errors import TrainingSetupError
 
 __all__ = ["MARKER", "check_marker", "check_optimizer_state", "plain_checkpoint_error", "setup_of", "write_marker"]
 

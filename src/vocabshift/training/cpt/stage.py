@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from .._typing import Model
-from ..arguments import check_count
-from ..errors import InvalidArgumentError
+from ..._typing import Model
+from ...arguments import check_count
+from ...errors import InvalidArgumentError
 
 __all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_lora"]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from .._typing import Model
-from ..errors import TrainingSetupError
+from ..._typing import Model
+from ...errors import TrainingSetupError
 
 __all__ = ["PREBUILT", "HeadRate", "check_linear_in_lr", "check_optimizer"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import UnsupportedModelError
+from ...errors import UnsupportedModelError
 
 __all__ = ["IDS", "ROWS", "SLOTS", "drop_rows", "fold_state", "full", "row_norms_of", "split_state", "write_rows"]
 

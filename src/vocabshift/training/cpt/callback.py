@@ -8,23 +8,22 @@ rows in `on_init_end`: pass it in `Trainer(callbacks=[...])`, not through `train
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .._typing import Model
-from ..errors import InvalidArgumentError, TrainingSetupError
-from ..record import new_ids_of
-from .backends import refuse_backend
-from .freeze import ROW_CHOICES, embedding_parameters, freeze_body, record_cpt, row_norms, trainable_row_ids
-from .optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
-from .resume import check_marker, check_optimizer_state, setup_of, write_marker
-from .rows import TrainableRows, current_split, split_rows
+from ..._typing import Model
+from ...errors import InvalidArgumentError, TrainingSetupError
+from ...record import add_cpt_entry, new_ids_of
+from ._backends import refuse_backend
+from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
+from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
+from ._run import Run, checkpoint_folder, next_token
+from .freeze import ROW_CHOICES, freeze_body, row_norms, trainable_row_ids
+from .rows import current_split, embedding_parameters, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -43,9 +42,10 @@ class EmbeddingOnlyCallback(TrainerCallback):
     ends. Every logging step adds the mean norm of new and old rows to the logs
     (`vocabshift/embed_new_row_norm`, ...; they reach the console, `trainer.state.log_history` and callbacks listed
     after this one, not the reporting integrations, which run first). When training ends, the run (steps, tokens
-    seen, final loss, learning rates, rows) is appended to the model's ExtensionRecord (`record.cpt`), which is
-    saved in `config.json`. To count tokens seen it sets `args.include_num_input_tokens_seen="all"` (padding
-    included) when it is "no"; set it to "non_padding" yourself to leave padding out.
+    seen, final loss, learning rates, rows, the objective, the command) is appended to the model's ExtensionRecord
+    (`record.cpt`), which is saved in `config.json`: this callback is the one writer of that entry. To count tokens
+    seen it sets `args.include_num_input_tokens_seen="all"` (padding included) when it is "no"; set it to
+    "non_padding" yourself to leave padding out.
 
     Distributed: one process and DDP (`accelerate launch`, `torchrun`), with gradient accumulation, tested. Under
     FSDP2 and DeepSpeed ZeRO-1/2 the rows are ordinary parameters (not tested through the Trainer, which needs GPUs
@@ -61,6 +61,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
             the learning rate).
         second_stage (`SecondStage`, *optional*): after `second_stage.after_step` steps, the body (or LoRA
             adapters on it) joins training. LoRA adapters are merged into the weights at the end of training.
+        command (`Sequence[str]`, *optional*): the command line that ran the training, as its words (`sys.argv`;
+            `vocabshift train` passes its own), kept in the record entry as the extend command is.
 
     Raises:
         `InvalidArgumentError`: bad arguments, rows out of range (when the Trainer is built).
@@ -88,6 +90,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         *,
         head_learning_rate: float | None = None,
         second_stage: SecondStage | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
         if (isinstance(rows, str) and rows not in ROW_CHOICES) or not isinstance(rows, (str, Sequence)):
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
@@ -98,11 +101,17 @@ class EmbeddingOnlyCallback(TrainerCallback):
             )
         if second_stage is not None and not isinstance(second_stage, SecondStage):
             raise InvalidArgumentError(f"second_stage is a {type(second_stage).__name__}: pass a SecondStage.")
+        if command is not None and (isinstance(command, str) or not isinstance(command, Sequence)
+                                    or not all(isinstance(word, str) for word in command)):
+            raise InvalidArgumentError(f"command={command!r} is invalid: pass the words of the command as a list of "
+                                       "strings (e.g. sys.argv), or None.")
         self.rows = rows
         self.head_learning_rate = head_learning_rate
         self.second_stage = second_stage
+        self.command = None if command is None else list(command)
+        self._objective: Callable[[], dict[str, Any]] = next_token
         self._model: Model | None = None
-        self._run: _Run | None = None
+        self._run: Run | None = None
 
     @property
     def trainable_ids(self) -> torch.Tensor | None:
@@ -112,7 +121,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """
         return self._started().ids
 
-    def _started(self) -> _Run:
+    def _started(self) -> Run:
         if self._run is None:
             raise TrainingSetupError(
                 "EmbeddingOnlyCallback.trainable_ids is known once the Trainer is built: pass the callback in "
@@ -140,7 +149,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
         self._model = model
-        self._run = _Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner)
+        self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner)
         check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
@@ -163,7 +172,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
             )
         check_optimizer(optimizer, model, self._trainable())
         if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
-            self.check_checkpoint(_checkpoint_folder(args, state))
+            self.check_checkpoint(checkpoint_folder(args, state))
             check_optimizer_state(optimizer, self.training_setup())
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
         self._maybe_open_gate(state)
@@ -195,7 +204,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
         """Write which rows train next to the checkpoint's optimizer state (checked when resuming)."""
-        folder = _checkpoint_folder(args, state)
+        folder = checkpoint_folder(args, state)
         if state.is_world_process_zero and folder.is_dir():
             write_marker(folder, self.training_setup())
 
@@ -207,6 +216,17 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """Refuse to resume from `folder` when it was saved with other trainable rows (`TrainingSetupError`)."""
         if Path(folder).is_dir():
             check_marker(folder, self.training_setup())
+
+    def plain_checkpoint_error(self, folder: str | Path) -> TrainingSetupError:
+        """The error for resuming from `folder` when it was saved without this callback (its optimizer state holds
+        every parameter, not this run's)."""
+        return plain_checkpoint_error(folder, self.training_setup())
+
+    def describe_objective(self, describe: Callable[[], dict[str, Any]]) -> None:
+        """Have the trainer that computes the loss say what it is, for the record entry this callback writes
+        (`objective`; `describe` is called when training ends). Without it the entry says a plain Trainer's loss, a
+        causal LM's next-token cross-entropy; `DistillationTrainer` calls this when it is built."""
+        self._objective = describe
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, float] | None = None, model: Model | None = None, **kwargs: Any) -> None:
@@ -231,7 +251,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if run.tuner is not None:
             merge_lora(run.tuner)
             run.tuner = None
-        if not record_cpt(self._model, self._entry(args, state)):
+        if not add_cpt_entry(self._model, self._entry(args, state)):
             logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
     def _trainable(self) -> list[torch.nn.Parameter]:
@@ -261,8 +281,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
             "world_size": args.world_size,
             "second_stage": None if self.second_stage is None else self.second_stage.to_dict(),
             "row_norms": row_norms(self._model, run.new_ids),
-            # the Trainer's loss: a causal LM's next-token cross-entropy (DistillationTrainer notes its own)
-            "objective": {"name": "next_token"},
+            "objective": self._objective(),
+            **({} if self.command is None else {"command": list(self.command)}),
         }
 
 
@@ -274,32 +294,3 @@ def _fold_an_earlier_split(model: Model) -> None:
         logger.warning("An earlier Trainer's EmbeddingOnlyCallback left the rows split (built, or interrupted, before "
                        "training ended): folding them back into the model; do not train that Trainer any more.")
         earlier.fold()
-
-
-def _checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
-    """Where the Trainer saves (and by default resumes) the checkpoint of the current step."""
-    return Path(args.output_dir or ".", f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-
-
-@dataclass
-class _Run:
-    """What the callback keeps between hooks, from `on_init_end` to `on_train_end`.
-
-    Attributes:
-        ids / rows: the trainable row ids (None: every row) and their split (`TrainableRows`).
-        body / tuner: the body parameters a second stage trains, and its LoRA tuner (None without).
-        gate / head: the second stage's gate and the untied head's learning-rate scaler (None when unused).
-        new_ids: the record's new ids (for the row-norm logs), None without a record.
-        logs: the last `loss` / `train_loss` logged, for the record.
-        began: `on_train_begin` has run (row norms are logged from then on).
-    """
-
-    ids: torch.Tensor | None
-    rows: TrainableRows
-    body: list[torch.nn.Parameter]
-    tuner: Any
-    gate: BodyGate | None = None
-    head: HeadRate | None = None
-    new_ids: torch.Tensor | None = None
-    logs: dict[str, float] = field(default_factory=dict)
-    began: bool = False

@@ -16,27 +16,18 @@ other rows cannot move, whatever the weight decay or momentum.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import torch
 
-from .._typing import Model
-from ..arguments import is_int
-from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, RecordError
-from ..record import add_cpt_entry, get_record
-from .fold import row_norms_of
+from ..._typing import Model
+from ...arguments import is_int
+from ...embeddings import find_embeddings
+from ...errors import InvalidArgumentError, RecordError
+from ...record import get_record
+from ._fold import row_norms_of
 from .rows import TrainableRows, embedding_parameters, split_rows
 
-__all__ = [
-    "ROW_CHOICES",
-    "embedding_parameters",
-    "freeze_body",
-    "freeze_for_embedding_training",
-    "record_cpt",
-    "row_norms",
-    "trainable_row_ids",
-]
+__all__ = ["ROW_CHOICES", "freeze_body", "freeze_for_embedding_training", "row_norms", "trainable_row_ids"]
 
 ROW_CHOICES = ("new", "all")
 
@@ -143,13 +134,3 @@ def row_norms(model: Model, new_ids: torch.Tensor | None) -> dict[str, float]:
         figures[f"{name}_new_row_norm"] = norms[is_new].mean().item()
         figures[f"{name}_old_row_norm"] = norms[~is_new].mean().item()
     return figures
-
-
-def record_cpt(model: Model, entry: dict[str, Any]) -> bool:
-    """Append one CPT history entry to the model's ExtensionRecord (`record.cpt`), e.g. after a training loop of
-    your own; `record.add_cpt_entry` under the name the training API has always had.
-
-    Returns:
-        False (and does nothing) if the model carries no record.
-    """
-    return add_cpt_entry(model, entry)
