@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup lint test demo bench
+.PHONY: setup lint docs test demo bench
 
 setup: $(STAMP)
 
@@ -24,7 +24,12 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts
 	$(VENV)/bin/mypy
 
-test: lint
+# The documentation builds (strict: a broken link, a missing results file or a docstring griffe cannot read fails)
+# before the test run; tests/test_docs.py runs the code it shows.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+test: lint docs
 	$(PY) -m pytest -q
 
 demo: setup
