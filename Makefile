@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
 	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup lint test demo bench
+.PHONY: setup lint docs test demo bench
 
 setup: $(STAMP)
 
@@ -30,7 +30,12 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts
 	$(VENV)/bin/mypy
 
-test: lint
+# The documentation builds (strict: a broken link, a missing results file or a docstring griffe cannot read fails)
+# before the test run; tests/test_docs.py runs the code it shows.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+test: lint docs
 	$(PY) -m pytest -q
 
 demo: setup

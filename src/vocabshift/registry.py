@@ -44,7 +44,7 @@ def register_method(
     Args:
         name (`str`): lower-case identifier used as `method=` in `extend_vocabulary`.
         config_class (`type`): a frozen dataclass holding the method's options.
-        pretty_name (`str`): display name for the README and model cards.
+        pretty_name (`str`): display name for the method table of the docs and for model cards.
         paper_url (`str`, *optional*): link to the method's paper.
         summary (`str`, *optional*): one line for the method table.
 
@@ -83,7 +83,7 @@ def get_method(name: str) -> MethodSpec:
 
 
 def method_table() -> str:
-    """The registered methods as a Markdown table (the README's table is this output)."""
+    """The registered methods as a Markdown table (docs/methods.md shows this output)."""
     rows = ["| method | name | what it does | options |", "|---|---|---|---|"]
     for name in list_methods():
         spec = _METHODS[name]

@@ -163,8 +163,12 @@ def train_word_vectors(
     Args:
         corpus: a path to a UTF-8 text file (one document per line) or a list of strings.
         tokenizer (*optional*): a fast tokenizer; given, the vectors are token level.
-        dim / epochs / min_count / bucket / model: fastText settings (`min_count`: words seen fewer times get no
-            vector, so that rare tokens are flagged instead of getting noise).
+        dim (`int`, defaults to 100): fastText's vector size.
+        epochs (`int`, defaults to 3): fastText's passes over the corpus.
+        min_count (`int`, defaults to 10): words seen fewer times get no vector, so that rare tokens are flagged
+            instead of getting noise.
+        bucket (`int`, defaults to 100_000): fastText's hash buckets for character n-grams.
+        model (`str`, defaults to `"cbow"`): `"cbow"` or `"skipgram"`.
         cache_dir (*optional*): where trained models are kept; defaults to `$VOCABSHIFT_CACHE/fasttext`
             (`~/.cache/vocabshift/fasttext`).
 

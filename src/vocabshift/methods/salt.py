@@ -57,7 +57,7 @@ class SaltConfig:
     too few to span the helper embedding, and the transferred rows were no better than the mean row. Dividing
     similarities by 32 brings back supports of hundreds, the ridge keeps their least squares stable, the cap bounds
     the cost (k² per token) and the guard catches the rows least squares still blows up. Measured figures:
-    README.md, "Word-vector methods".
+    docs/methods.md, "Measured".
 
     Attributes:
         helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with

@@ -52,8 +52,8 @@ class SubwordConfig:
         output_norm (`bool`, defaults to `False`): the same for output rows (risks over-confident logits).
         tied_mean_shift (`float`, defaults to `0.0`): with tied embeddings, subtract this fraction of the old rows'
             mean row from every composed row, lowering new tokens' logits by the same share of the prior that all
-            rows share. About 0.25 gave the best step-0 loss on SmolLM2 (README, "Methods"), for a model used before
-            training; it slows embedding-only training, hence off. Untied models are unchanged.
+            rows share. About 0.25 gave the best step-0 loss on SmolLM2 (docs/methods.md, "subword"), for a model used
+            before training; it slows embedding-only training, hence off. Untied models are unchanged.
 
     Raises:
         `MethodOptionError`: when `tied_mean_shift` is not a finite number in [0, 1].

@@ -61,7 +61,9 @@ def propagate(
             new or empty. Written atomically (temporary sibling folder, then rename).
         method (`str`, defaults to `"conversion"`): `"swap"` (W = I), `"overlap"` (W fitted on the shared tokens)
             or `"conversion"` (shared tokens plus the new tokens' decompositions averaged on both sides).
-        adapted_revision / base_revision / instruct_revision (`str`, *optional*): branch, tag or commit of a Hub repo.
+        adapted_revision (`str`, *optional*): branch, tag or commit of `adapted` when it is a Hub repo.
+        base_revision (`str`, *optional*): the same for `base`.
+        instruct_revision (`str`, *optional*): the same for `instruct`.
         token (`str | bool`, *optional*): Hub token; defaults to the logged-in one.
         hardlink (`bool`, defaults to `False`): hard-link the instruct shards that hold no embeddings instead of
             copying them (same filesystem only). Saves time and space, but the output then shares those files with

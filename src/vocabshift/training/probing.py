@@ -119,7 +119,7 @@ def probe(
 
     Every (method, objective) run gets a fresh copy of `model`, the same batches in the same order and the same seed;
     the model passed in is not changed. Training is a plain loop over `freeze_for_embedding_training` with AdamW at a
-    constant learning rate.
+    constant learning rate. Every argument is checked before any training.
 
     Args:
         model (`PreTrainedModel`): the causal LM before `extend_vocabulary`.
@@ -132,12 +132,16 @@ def probe(
             method: `"next_token"` (plain cross-entropy), `"distillation"` (the `DistillationTrainer` default) or a
             `DistillationWeights`. With several, curves are named `"<method> / <objective>"`. The teacher is the
             model passed in.
-        steps (`int`, defaults to 50) / eval_every (`int`, defaults to 10): training steps and scoring interval.
-        mode (`str`, defaults to `"extend"`) / source_tokenizer: as for `extend_vocabulary`.
+        steps (`int`, defaults to 50): training steps.
+        eval_every (`int`, defaults to 10): scoring interval, in steps.
+        mode (`str`, defaults to `"extend"`): as for `extend_vocabulary`.
+        source_tokenizer (*optional*): as for `extend_vocabulary`.
         method_options (`dict[str, dict]`, *optional*): options per method, e.g. `{"subword": {...}}`.
         rows (`str`, defaults to `"new"`): rows trained, as for `EmbeddingOnlyCallback`.
-        batch_size / context_length (`int`, defaults to 8 / 128): sequences per step and tokens per sequence.
-        learning_rate / weight_decay (`float`, defaults to 1e-3 / 0.0): AdamW settings.
+        batch_size (`int`, defaults to 8): sequences per step.
+        context_length (`int`, defaults to 128): tokens per sequence.
+        learning_rate (`float`, defaults to 1e-3): AdamW's learning rate.
+        weight_decay (`float`, defaults to 0.0): AdamW's weight decay.
         seed (`int`, defaults to 0): seed of the initialization, of the batch order and of dropout.
         output_dir (*optional*): where to write `probe.md` (the table) and `probe.png` (the curves; needs
             matplotlib: `pip install 'vocabshift[plot]'`).
@@ -146,11 +150,13 @@ def probe(
         `ProbeResult`: curves, ranking (`result.best`), and the written paths.
 
     Raises:
-        `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError` (texts that are not non-empty lists of
-        strings, counts below 1, a context below 2 tokens, rates that are not finite and positive, a negative
-        seed, bad rows, an unknown method in `method_options`, too little training text), `ImportError`
-        (output_dir without matplotlib): all before any training; then whatever `extend_vocabulary` raises for
-        bad tokenizers.
+        `UnknownMethodError`: a name in `methods` that is not registered.
+        `MethodOptionError`: an option that a method's config does not accept.
+        `InvalidArgumentError`: texts that are not non-empty lists of strings, counts below 1, a context below 2
+            tokens, rates that are not finite and positive, a negative seed, bad rows, an unknown method in
+            `method_options`, too little training text.
+        `ImportError`: `output_dir` without matplotlib.
+        `VocabShiftError`: what `extend_vocabulary` raises for bad tokenizers.
 
     Example:
         ```python
