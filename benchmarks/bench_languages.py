@@ -24,7 +24,8 @@ is cut) and `default, English kept for the target, no replay`.
 
 Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
 (scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
-other seeds to `--seed-steps` steps. Parity: the first checkpoint where an arm of the adapted model passes the
+other seeds to `--seed-steps` steps (cross-entropy to `--baseline-steps` too, so that each seed has an equal
+wall time comparison). Parity: the first checkpoint where an arm of the adapted model passes the
 untrained original, and where it passes the control at the same step, with the bytes of text each had read.
 
     python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--baseline-steps 600]
@@ -241,7 +242,8 @@ def main() -> None:
         commands.append(_command(options, language))
         runs = [(arm, 0, sorted({*options.steps, *(options.baseline_steps if arm == "cross-entropy" else [])}))
                 for arm in options.arms]
-        runs += [(arm, seed, [options.seed_steps]) for seed in options.seeds for arm in options.seed_arms]
+        runs += [(arm, seed, sorted({options.seed_steps, *(options.baseline_steps if arm == "cross-entropy" else [])}))
+                 for seed in options.seeds for arm in options.seed_arms]
         for arm, seed, steps in runs:
             print(f"  {arm}, seed {seed}", flush=True)
             results.setdefault(arm, {})[str(seed)] = train_arm(setting, arm, steps, seed)
@@ -323,6 +325,25 @@ def _seed_table(results, seed_steps) -> list[str]:
     return lines
 
 
+def _wall_time_table(results, seed_steps) -> list[str]:
+    """Each arm that is not cross-entropy at `seed_steps`, per seed, against cross-entropy of the same seed after as
+    many training seconds."""
+    ce = results.get("cross-entropy", {})
+    lines = [f"| arm | seed | at {seed_steps} steps | seconds | cross-entropy at those seconds | x cross-entropy's "
+             "seconds per step |", "|---|---|---|---|---|---|"]
+    for arm, runs in results.items():
+        if arm in ("cross-entropy", "control"):
+            continue
+        for seed, run in sorted(runs.items(), key=lambda item: int(item[0])):
+            clock = dict(zip(dict(run["curve"]), (t for t, _ in timed_curve(run))))
+            if seed not in ce or seed_steps not in clock:
+                continue
+            ratio = run["seconds_per_step"] / ce[seed]["seconds_per_step"]
+            lines.append(f"| {arm} | {seed} | {_f(dict(run['curve'])[seed_steps])} | {clock[seed_steps]:.0f} | "
+                         f"{at_seconds(ce[seed], clock[seed_steps])} | {ratio:.2f}x |")
+    return lines
+
+
 def _parity_table(results, original) -> list[str]:
     lines = ["| arm | passes the untrained original | passes the control at the same step |", "|---|---|---|"]
     control = results.get("control", {}).get("0")
@@ -368,6 +389,7 @@ def write_language(options, language, setting, results, load, commands) -> None:
              "## Held-out bits per byte by step (seed 0)", "", *_curve_table(results, original), "",
              "## Cost and English", "", *_cost_table(results, original), "",
              f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
+             "## Equal wall time, each seed", "", *_wall_time_table(results, options.seed_steps), "",
              "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results), *_precision(results),
              f"Machine: before {load}; after {machine_load()}.", "Commands (in order; a later one's runs replace an "
              "earlier one's of the same arm and seed):", "", *[f"    {command}" for command in commands]]
