@@ -19,10 +19,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from huggingface_hub import ModelCard
@@ -31,11 +34,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 import vocabshift
 from vocabshift.cli_types import POSITIVE_INT, SHARE
 from vocabshift.save import atomic_folder
-from vocabshift.testing import LoopbackHub
-from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
 from vocabshift.training import pack_texts
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
+from vocabshift_testing import LoopbackHub
+from vocabshift_testing.corpora import held_out_split, read_sample, smollm2
 
 DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"

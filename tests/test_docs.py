@@ -24,7 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import ROOT, make_model, make_tokenizer, read_lines, realistic_embeddings_
 from vocabshift.cli import build_parser
-from vocabshift.testing import LoopbackHub
+from vocabshift_testing import LoopbackHub
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 OPT_OUT = "# docs: not run:"
