@@ -27,7 +27,7 @@ $(STAMP): setup.cfg pyproject.toml
 # The linter (with the pycodestyle rules as the format check) and the type checker first: both take seconds
 # (mypy about a minute without its cache), so a lint error fails before the half-hour test run.
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks examples scripts
+	$(VENV)/bin/ruff check src vocabshift_testing tests benchmarks examples scripts
 	$(VENV)/bin/mypy
 
 # The documentation builds (strict: a broken link, a missing results file or a docstring griffe cannot read fails)

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 

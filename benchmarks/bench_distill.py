@@ -23,19 +23,22 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from transformers import TrainerCallback, TrainingArguments
 
 import vocabshift
 from smollm2_ru import HELD_OUT, load_smollm2, machine_load
-from vocabshift.testing.corpora import held_out_split, read_corpus, target_tokenizer
 from vocabshift.training import DistillationWeights, bits_per_byte, pack_texts
 from vocabshift.training.evaluation import eval_mode
 from vocabshift.training.plots import plot_curves
+from vocabshift_testing.corpora import held_out_split, read_corpus, target_tokenizer
 
 RESULTS = Path(__file__).parent / "results"
 CROSS_ENTROPY = DistillationWeights.next_token_only()

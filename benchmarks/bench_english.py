@@ -27,7 +27,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from bench_languages import setting_for, train_arm

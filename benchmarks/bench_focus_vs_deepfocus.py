@@ -24,9 +24,12 @@ import gc
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from transformers import AutoModelForCausalLM
@@ -34,7 +37,7 @@ from transformers import AutoModelForCausalLM
 import vocabshift
 import wordvec_common as common
 from vocabshift import registry
-from vocabshift.testing.deepfocus import deepfocus_rows
+from vocabshift_testing.deepfocus import deepfocus_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 3  # runs of ours and later deepfocus calls per mode; medians are reported

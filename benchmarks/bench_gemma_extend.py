@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
 from smollm2_ru import HELD_OUT, machine_load
-from vocabshift.testing.corpora import gemma3, held_out_split, read_corpus, read_sample, target_tokenizer
+from vocabshift_testing.corpora import gemma3, held_out_split, read_corpus, read_sample, target_tokenizer
 
 RESULT = Path(__file__).parent / "results" / "gemma_extend.md"
 

@@ -47,8 +47,11 @@ import copy
 import json
 import random
 import shlex
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from bench_distill import Checkpoints, at_seconds, timed_curve
@@ -57,10 +60,10 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 import vocabshift
 from smollm2_ru import HELD_OUT, load_smollm2, machine_load
 from vocabshift.corpus import shipped_english
-from vocabshift.testing.corpora import held_out_split, read_corpus, target_tokenizer
 from vocabshift.training import DistillationWeights, bits_per_byte, pack_texts
 from vocabshift.training.evaluation import eval_mode
 from vocabshift.training.plots import plot_curves
+from vocabshift_testing.corpora import held_out_split, read_corpus, target_tokenizer
 
 RESULTS = Path(__file__).parent / "results"
 LENGTH, BATCH, RATE = 128, 4, 1e-3

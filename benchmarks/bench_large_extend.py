@@ -16,15 +16,18 @@ Writes benchmarks/results/large_extend.md.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from bench_gemma_extend import against_add_tokens
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from smollm2_ru import machine_load
-from vocabshift.testing.corpora import smollm2
-from vocabshift.testing.real_tokenizers import real_tokenizer_dir
+from vocabshift_testing.corpora import smollm2
+from vocabshift_testing.real_tokenizers import real_tokenizer_dir
 
 RESULT = Path(__file__).parent / "results" / "large_extend.md"
 

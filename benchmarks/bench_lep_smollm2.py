@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -30,8 +33,8 @@ import vocabshift
 from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokenizer
 from vocabshift.propagation import METHODS
 from vocabshift.record import add_cpt_entry
-from vocabshift.testing.corpora import read_corpus, smollm2
 from vocabshift.training import bits_per_byte, freeze_for_embedding_training, pack_texts
+from vocabshift_testing.corpora import read_corpus, smollm2
 
 RESULTS = Path(__file__).parent / "results"
 PROMPT = "Reverse the order of these words: {}"

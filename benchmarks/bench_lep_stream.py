@@ -30,13 +30,15 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
+
 import torch
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
 from smollm2_ru import machine_load, russian_tokenizer
-from vocabshift.testing.corpora import smollm2
+from vocabshift_testing.corpora import smollm2
 
 RESULTS = Path(__file__).parent / "results"
 HIDDEN, INTERMEDIATE, HEADS = 2048, 5632, 16

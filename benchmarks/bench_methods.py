@@ -16,6 +16,9 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import vocabshift
 
@@ -29,7 +32,7 @@ def measure(method: str, mode: str) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vocabshift.testing.corpora import smollm2, target_tokenizer
+    from vocabshift_testing.corpora import smollm2, target_tokenizer
 
     torch.set_num_threads(2)
     source = AutoTokenizer.from_pretrained(smollm2())

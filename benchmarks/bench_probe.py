@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import vocabshift
 from smollm2_ru import load_smollm2, machine_load, russian_lines, russian_tokenizer

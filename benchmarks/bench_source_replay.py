@@ -17,8 +17,11 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from bench_languages import BATCH, LENGTH, CausalCollator, setting_for, training_texts

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
-from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 from vocabshift.training import bits_per_byte
+from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 
 
 def main() -> None:

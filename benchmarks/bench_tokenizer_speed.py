@@ -11,14 +11,18 @@ tokens, tokens per second understates it: MB/s is what a user waits for.
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from transformers import AutoTokenizer  # noqa: E402
 
 from vocabshift import merge_tokenizers  # noqa: E402
-from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer  # noqa: E402
+from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer  # noqa: E402
 
 MEGABYTE = 1_000_000
 

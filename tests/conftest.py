@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from vocabshift.testing.corpora import read_sample, smollm2
+from vocabshift_testing.corpora import read_sample, smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,10 +221,22 @@ def smollm2_dir() -> Path:
     return smollm2()
 
 
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel pip builds from a copy of the checkout (offline: no build isolation, no dependencies, no index)."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "checkout"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build",
+                                                                "dist", "out", "site", ".*cache"))
+    subprocess.run([sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(root / "dist"), str(source)], check=True, capture_output=True)
+    return next((root / "dist").glob("vocabshift-*.whl"))
+
+
 @pytest.fixture
 def loopback_hub():
     """A `LoopbackHub` serving on 127.0.0.1 with this process's huggingface_hub and transformers pointed at it."""
-    from vocabshift.testing import LoopbackHub
+    from vocabshift_testing import LoopbackHub
 
     with LoopbackHub() as hub:
         yield hub

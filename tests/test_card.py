@@ -170,29 +170,17 @@ def test_card_refuses_folders_without_config_or_record(tmp_path):
         vocabshift.model_card(tmp_path)
 
 
-def test_the_template_ships_in_the_wheel(tmp_path):
-    """Build the wheel from a copy of the sources, install it alone, and render a card from the installed copy."""
-    import shutil
+def test_the_template_ships_in_the_wheel(wheel, tmp_path):
+    """Install the wheel alone, and render a card from the installed copy."""
     import subprocess
     import sys
 
-    from conftest import ROOT
-
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
-        if (ROOT / name).exists():
-            shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    pip = [sys.executable, "-m", "pip", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
-                   check=True, capture_output=True)
-    wheel = next((tmp_path / "dist").glob("vocabshift-*.whl"))
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "-q", "install", "--no-deps", "--no-index", "--target",
+                    str(tmp_path / "site"), str(wheel)], check=True, capture_output=True)
     folder = write_folder(tmp_path / "m", make_record())
     script = ("import sys, vocabshift; assert vocabshift.__file__.startswith(sys.argv[1]), vocabshift.__file__; "
               "print(vocabshift.model_card(sys.argv[2], language='ru', license='mit').data.tags)")
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "site"), str(folder)], capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, check=True)
+                            text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, check=True,
+                            cwd=tmp_path)
     assert "'vocabshift', 'subword'" in result.stdout

@@ -9,10 +9,11 @@ blocks run as written, but for `FAST`, which shortens a long training run. A blo
 
 from __future__ import annotations
 
+import os
 import re
-import runpy
 import shlex
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import ROOT, make_model, make_tokenizer, read_lines, realistic_embeddings_
 from vocabshift.cli import build_parser
-from vocabshift.testing import LoopbackHub
+from vocabshift_testing import LoopbackHub
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 OPT_OUT = "# docs: not run:"
@@ -71,8 +72,9 @@ def _tiny_llama(tokenizer) -> LlamaForCausalLM:
                                          intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                          num_key_value_heads=2))
     realistic_embeddings_(model)
-    for name in ("bos", "eos", "pad"):
-        setattr(model.config, f"{name}_token_id", tokenizer.convert_tokens_to_ids(getattr(tokenizer, f"{name}_token")))
+    for name in ("bos", "eos", "pad"):  # in the generation config too, as in SmolLM2's (else the Trainer warns)
+        for config in (model.config, model.generation_config):
+            setattr(config, f"{name}_token_id", tokenizer.convert_tokens_to_ids(getattr(tokenizer, f"{name}_token")))
     return model.eval()
 
 
@@ -197,12 +199,22 @@ def test_every_code_block_is_tested_or_a_listing():
     assert languages <= {"python", "bash", "text"}, languages
 
 
-def test_demo_runs_on_a_tiny_model(tiny_models, tmp_path, monkeypatch, capsys):
+def test_demo_runs_on_a_tiny_model(tiny_models, tmp_path):
+    """The demo end to end, as a user runs it (a process of its own, Python's default warning filters): a log line
+    every 10 steps, and with huggingface_hub's progress bars switched off nothing on stderr but the card's note that a
+    local model folder names no base model (`make demo` names SmolLM2's repo id)."""
     output = tmp_path / "demo-out"
-    monkeypatch.setattr(sys, "argv", ["demo.py", "--model", str(tiny_models["HuggingFaceTB/SmolLM2-135M-Instruct"]),
-                                      "--steps", "2", "--vocab-size", "2000", "--output", str(output)])
-    runpy.run_path(str(ROOT / "examples" / "demo.py"), run_name="__main__")
-    printed = capsys.readouterr().out
+    command = [sys.executable, str(ROOT / "examples" / "demo.py"), "--model",
+               str(tiny_models["HuggingFaceTB/SmolLM2-135M-Instruct"]), "--steps", "20", "--vocab-size", "2000",
+               "--output", str(output)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout
     assert "reloaded from the loopback Hub with identical logits" in printed
     assert "Russian bits per byte (held out)" in printed
     assert {"config.json", "tokenizer.json", "README.md", "cpt_loss.png"} <= {p.name for p in output.iterdir()}
+    assert len([line for line in printed.splitlines() if line.startswith("{'loss'")]) == 2  # steps 10 and 20
+    unexpected = [line for line in done.stderr.splitlines()
+                  if line.strip() and not line.startswith("The model card has no base_model")]
+    assert not unexpected, done.stderr

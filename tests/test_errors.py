@@ -92,26 +92,48 @@ def test_unknown_method(setup):
 
 def test_unknown_method_option(setup):
     model, source, new = setup
-    _refused(model, errors.MethodOptionError, "Unknown option 'input_weigting' .* Accepted options: input_norm, ",
+    _refused(model, errors.MethodOptionTypeError, "Unknown option 'input_weigting' .* Accepted options: input_norm, ",
              new, source_tokenizer=source, input_weigting="uniform")
 
 
 def test_option_for_a_method_without_options(setup):
     model, source, new = setup
-    _refused(model, errors.MethodOptionError, "Accepted options: none", new, method="mean",
+    _refused(model, errors.MethodOptionTypeError, "Accepted options: none", new, method="mean",
              source_tokenizer=source, input_norm=True)
 
 
 def test_ill_typed_method_option(setup):
     model, source, new = setup
-    _refused(model, errors.MethodOptionError, "input_norm='yes' .* expected bool", new,
+    _refused(model, errors.MethodOptionTypeError, "input_norm='yes' .* expected bool", new,
              source_tokenizer=source, input_norm="yes")
 
 
-def test_method_option_outside_its_choices(setup):
+@pytest.mark.parametrize(("options", "match"), [
+    ({"input_weighting": "median"}, "one of 'uniform', 'char_length', 'max_char'"),
+    ({"tied_mean_shift": 1.5}, "tied_mean_shift=1.5 is invalid: pass a number from 0"),
+    ({"tied_mean_shift": float("nan")}, "tied_mean_shift=nan is invalid"),
+])
+def test_method_option_out_of_range_is_a_value_error(setup, options, match):
+    """A value of the right type that the method does not accept is a ValueError, not a TypeError."""
     model, source, new = setup
-    _refused(model, errors.MethodOptionError, "one of 'uniform', 'char_length', 'max_char'", new,
-             source_tokenizer=source, input_weighting="median")
+    snapshot = _snapshot(model)
+    with pytest.raises(errors.MethodOptionError, match=match) as info:
+        model.extend_vocabulary(new, source_tokenizer=source, **options)
+    assert isinstance(info.value, ValueError) and not isinstance(info.value, TypeError)
+    _assert_unchanged(model, snapshot)
+
+
+def test_out_of_range_options_of_every_range_checked_method_are_value_errors(setup):
+    """Each config's own range check (`__post_init__`) raises a ValueError, before any work."""
+    model, source, new = setup
+    for method, options in [("focus", {"corpus": ["a b"], "temperature": 0.0}),
+                            ("salt", {"helper_model": torch.zeros(2, 2), "corpus": ["a b"], "ridge": -1.0}),
+                            ("salt", {"helper_model": torch.zeros(2, 2), "corpus": ["a b"], "norm_guard": 1.0}),
+                            ("ofa", {"word_vectors": "v.bin", "rank": 0}),
+                            ("hyperofa", {"word_vectors": "v.bin", "patience": 0})]:
+        with pytest.raises(errors.MethodOptionError) as info:
+            model.extend_vocabulary(new, method=method, source_tokenizer=source, **options)
+        assert not isinstance(info.value, TypeError), (method, options, info.value)
 
 
 class _NoEmbeddings(PreTrainedModel):
@@ -228,7 +250,9 @@ def test_untied_head_of_another_shape(tokenizers_en, tokenizers_ru):
 def test_errors_are_also_builtin_errors():
     assert issubclass(errors.InvalidArgumentError, ValueError)
     assert issubclass(errors.InvalidTokenizerError, TypeError)
-    assert issubclass(errors.MethodOptionError, TypeError)
+    assert issubclass(errors.MethodOptionError, ValueError) and not issubclass(errors.MethodOptionError, TypeError)
+    assert issubclass(errors.MethodOptionTypeError, errors.MethodOptionError)
+    assert issubclass(errors.MethodOptionTypeError, TypeError)
     assert all(issubclass(getattr(errors, name), errors.VocabShiftError) for name in errors.__all__)
     assert vocabshift.VocabShiftError is errors.VocabShiftError
 

@@ -36,8 +36,8 @@ from vocabshift.errors import (
     UnknownPreTokenizerError,
 )
 from vocabshift.export.llama_cpp import LLAMA_CPP_PYTHON, cached_converter, converter_dir
-from vocabshift.testing.corpora import smollm2
-from vocabshift.testing.real_tokenizers import real_tokenizer_dir
+from vocabshift_testing.corpora import smollm2
+from vocabshift_testing.real_tokenizers import real_tokenizer_dir
 
 TINY = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
             head_dim=8)

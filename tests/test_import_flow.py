@@ -28,7 +28,7 @@ STAGES = [
     ("vocabshift.propagation", "vocabshift.export", "vocabshift.serving", "vocabshift.inspection"),
     ("vocabshift.hub",),
     ("vocabshift.cli_common", "vocabshift.cli_types", "vocabshift.cli_train", "vocabshift.cli", "vocabshift.__main__",
-     "vocabshift.testing", "vocabshift"),
+     "vocabshift"),
 ]
 
 
@@ -110,3 +110,21 @@ def test_the_graph_is_read():
     assert "vocabshift.training.cpt.callback" in GRAPH["vocabshift.training.distill.trainer"]
     assert _stage("vocabshift.training.cpt.callback") < _stage("vocabshift.training.distill.trainer") \
         < _stage("vocabshift.training.probing")
+
+
+def test_the_package_imports_nothing_of_the_checkout():
+    """vocabshift_testing, the tests' and the benchmarks' modules are not installed: no module of the package may
+    import them, even lazily inside a function."""
+    checkout = {"vocabshift_testing", "conftest", "tests", "benchmarks", "examples", "scripts"}
+    found = sorted(f"{module} imports {name}" for module, path in MODULES.items()
+                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   for name in _top_level_names(node) if name in checkout)
+    assert not found, "\n".join(found)
+
+
+def _top_level_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[0] for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        return [node.module.split(".")[0]]
+    return []

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
 from conftest import read_lines
-from vocabshift.testing.corpora import gemma3, target_tokenizer
+from vocabshift_testing.corpora import gemma3, target_tokenizer
 
 pytestmark = pytest.mark.integration
 

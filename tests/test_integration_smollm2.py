@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
-from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 from vocabshift.training import bits_per_byte
+from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 
 pytestmark = pytest.mark.integration
 

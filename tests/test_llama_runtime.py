@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import vocabshift
 from vocabshift.cli import main
 from vocabshift.export import LLAMA_CPP_PYTHON
-from vocabshift.testing.corpora import gemma3, held_out_split, read_corpus, smollm2, target_tokenizer
+from vocabshift_testing.corpora import gemma3, held_out_split, read_corpus, smollm2, target_tokenizer
 
 llama_cpp = pytest.importorskip(
     "llama_cpp", reason="llama-cpp-python cannot be imported: pip install 'vocabshift[llama]' (make test's venv "

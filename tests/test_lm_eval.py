@@ -26,7 +26,7 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
-from vocabshift.testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
+from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, target_tokenizer
 
 pytestmark = pytest.mark.integration
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: pip install -e '.[lmeval]'")

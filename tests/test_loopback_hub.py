@@ -22,7 +22,7 @@ from huggingface_hub.errors import (
 )
 from safetensors.torch import save
 
-from vocabshift.testing import LoopbackHub
+from vocabshift_testing import LoopbackHub
 
 REPO = "loopback-user/files"
 

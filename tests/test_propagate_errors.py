@@ -51,7 +51,7 @@ def test_unknown_method(family, tmp_path):
     ({"base_revision": ""}, errors.InvalidArgumentError, "base_revision='' is invalid: pass a branch, tag or commit"),
     ({"instruct_revision": 5}, errors.InvalidArgumentError, "instruct_revision=5 is invalid"),
     ({"token": ""}, errors.InvalidArgumentError, "token must be a non-empty string \\(a Hub token\\), True, False or"),
-    ({"hardlink": "yes"}, errors.InvalidArgumentTypeError, "hardlink='yes' is a str: pass True or False"),
+    ({"hardlink": "yes"}, errors.InvalidArgumentTypeError, "hardlink='yes' is invalid: pass True or False"),
 ])
 def test_arguments_of_the_wrong_type_or_value(family, tmp_path, change, error, match):
     arguments = {"adapted": family["adapted"], "base": family["base"], "instruct": family["instruct"],

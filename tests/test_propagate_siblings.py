@@ -13,8 +13,8 @@ import vocabshift
 from conftest import make_tokenizer
 from vocabshift.propagation import METHODS
 from vocabshift.record import add_cpt_entry
-from vocabshift.testing.corpora import read_sample
 from vocabshift.training import freeze_for_embedding_training
+from vocabshift_testing.corpora import read_sample
 
 CONTEXT, COPY_WORDS = 64, 1
 

@@ -165,7 +165,7 @@ def test_bad_repo_ids_are_refused_before_any_request(extended, tmp_path, loopbac
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [
-    ({"private": "yes"}, InvalidArgumentTypeError, "private='yes' is a str: pass True or False"),
+    ({"private": "yes"}, InvalidArgumentTypeError, "private='yes' is invalid: pass True or False"),
     ({"revision": "my branch"}, InvalidArgumentError, "revision='my branch' is not a branch name"),
     ({"revision": "-x"}, InvalidArgumentError, "revision='-x' is not a branch name"),
     ({"revision": ""}, InvalidArgumentError, "revision='' is not a branch name"),

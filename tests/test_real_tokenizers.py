@@ -16,10 +16,10 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
 from conftest import read_lines
-from vocabshift.testing.real_tokenizers import REAL_TOKENIZERS, real_tokenizer_dir
 from vocabshift.vocab._splice import built_from
 from vocabshift.vocab.forms import SPIECE, backend_state
 from vocabshift.vocab.merge import TARGET_LEAN
+from vocabshift_testing.real_tokenizers import REAL_TOKENIZERS, real_tokenizer_dir
 
 FAMILIES = sorted(REAL_TOKENIZERS)
 EXTRA = ["中国 🙂 ñ ǅ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "Число 12345, цена 3.14 €; тест\tтабуляции  и  пробелов.", " ведущий пробел"]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
 from conftest import ROOT, kill_once_written, make_model, make_tokenizer, read_lines
@@ -81,6 +81,31 @@ def test_distillation_refuses_a_checkpoint_saved_without_the_callback(tokenizers
                                   callbacks=[vocabshift.EmbeddingOnlyCallback()])
     with pytest.raises(TrainingSetupError, match=r"saved without EmbeddingOnlyCallback.*new run"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
+def test_a_plain_trainer_loads_the_optimizer_state_before_any_callback_runs(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                            tmp_path, monkeypatch):
+    """Why a plain Trainer resuming with the callback from a checkpoint saved without it fails with torch's own
+    ValueError (docs/train.md): transformers loads the optimizer state in `_prepare_for_training`, before
+    `on_train_begin`, the first event of `train()`, and no event runs in between. DistillationTrainer overrides
+    `_load_optimizer_and_scheduler` and names it. If this order ever changes, check the checkpoint in the callback's
+    `on_train_begin` instead, and turn the ValueError below into TrainingSetupError."""
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [])
+    events = []
+
+    class Events(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            events.append("on_train_begin")
+
+    load = Trainer._load_optimizer_and_scheduler
+    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler",
+                        lambda self, folder: (events.append("optimizer state loaded"), load(self, folder))[1])
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    Trainer(model=model, args=arguments(tmp_path / "plain", max_steps=3), train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[Events()]).train(resume_from_checkpoint=str(checkpoint))
+    assert events == ["optimizer state loaded", "on_train_begin"]
+    with pytest.raises(ValueError, match="parameter group"):
+        _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "new", checkpoint)
 
 
 CHILD_TRAIN = """

@@ -21,8 +21,8 @@ from vocabshift.errors import (
     WordVectorsNotFoundError,
 )
 from vocabshift.methods.base import median_norm
-from vocabshift.testing.deepfocus import deepfocus_rows
 from vocabshift.training.metrics import bits_per_byte
+from vocabshift_testing.deepfocus import deepfocus_rows
 
 HAS_DEEPFOCUS = importlib.util.find_spec("deepfocus") is not None
 

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
@@ -21,7 +21,7 @@ __all__ = ["check_choice", "check_count", "check_flag", "check_path", "check_rat
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """An int that is not a bool (`True` is an int to Python, never a count to a user)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -41,9 +41,9 @@ def check_count(value: Any, *, name: str, minimum: int = 1, accepted: str | None
 
 
 def check_flag(value: Any, *, name: str) -> bool:
-    """True or False (not a truthy value: "yes" is refused)."""
+    """True or False (not a truthy value: "yes" and 1 are refused, as `InvalidArgumentTypeError`)."""
     if not isinstance(value, bool):
-        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass True or False.")
+        raise InvalidArgumentTypeError(f"{name}={value!r} is invalid: pass True or False.")
     return value
 
 

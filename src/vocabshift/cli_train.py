@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from huggingface_hub.utils import are_progress_bars_disabled
 from transformers import Trainer, TrainingArguments
 
 from ._typing import Model, Tokenizer
@@ -67,9 +68,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     tokenizer = model_tokenizer(args.model)
     model = load_model(args.model)
     with tempfile.TemporaryDirectory() as work:
+        # the Trainer's bar follows huggingface_hub's switch as vocabshift's do; pinned memory only for a GPU (torch
+        # warns about it on a CPU, where the user of the command cannot turn it off)
         options = TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
                                     learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed,
-                                    logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[])
+                                    logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[],
+                                    disable_tqdm=are_progress_bars_disabled(),
+                                    dataloader_pin_memory=torch.cuda.is_available())
         trainer = _trainer(args, model, tokenizer, texts, options)
         trainer.train()
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]

@@ -17,6 +17,7 @@ __all__ = [
     "LineageError",
     "LlamaCppError",
     "MethodOptionError",
+    "MethodOptionTypeError",
     "MethodResultError",
     "ModelFolderError",
     "NoNewTokensError",
@@ -79,8 +80,13 @@ class UnknownMethodError(VocabShiftError, ValueError):
     """No initialization method is registered under the given name."""
 
 
-class MethodOptionError(VocabShiftError, TypeError):
-    """A method option is unknown, of the wrong type, or out of range."""
+class MethodOptionError(VocabShiftError, ValueError):
+    """A method option is missing, out of range, or (`MethodOptionTypeError`) unknown or of the wrong type."""
+
+
+class MethodOptionTypeError(MethodOptionError, TypeError):
+    """A method option the method does not know, or of the wrong type (a `TypeError` too, as Python raises for an
+    unexpected or mistyped keyword argument)."""
 
 
 class MethodResultError(VocabShiftError, RuntimeError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .arguments import is_int
 from .errors import ShardError
 
 __all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "read_header",
@@ -103,7 +104,7 @@ def _tensor(path: Path, name: str, entry: Any, start: int) -> TensorInfo:
     if not isinstance(dtype, str) or dtype not in ITEM_BITS:
         raise corrupted(path, f"tensor {name!r} has the unknown dtype {dtype!r}; known: {', '.join(ITEM_BITS)}")
     counts = [*shape, begin, end] if isinstance(shape, list) else [None]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or begin > end:
+    if not all(is_int(n) and n >= 0 for n in counts) or begin > end:
         raise corrupted(path, f"tensor {name!r} has the shape {shape!r} and data_offsets {[begin, end]!r}, which "
                               "are not non-negative integers (with begin <= end)")
     if (end - begin) * 8 != math.prod(shape) * ITEM_BITS[dtype]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._typing import Model, ModelConfig
 from .errors import RecordError
 from .packing import unpack_ids
 
@@ -194,7 +195,7 @@ def require_record(source: Any, *, what: str, fix: str) -> ExtensionRecord:
     return record
 
 
-def get_record(model: Any) -> ExtensionRecord:
+def get_record(model: Model | ModelConfig) -> ExtensionRecord:
     """The ExtensionRecord of a model (or of a config) changed by `extend_vocabulary`.
 
     Raises:

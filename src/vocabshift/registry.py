@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from .errors import InvalidArgumentError, MethodOptionError, UnknownMethodError
+from .arguments import is_int
+from .errors import InvalidArgumentError, MethodOptionError, MethodOptionTypeError, UnknownMethodError
 
 if TYPE_CHECKING:  # methods import this module to register themselves: the Protocol is for the type checker only
     from .methods.base import InitMethod
@@ -97,38 +98,44 @@ def build_config(spec: MethodSpec, options: dict[str, Any]) -> Any:
     """Validate `options` against the method's config dataclass and build the config.
 
     Raises:
-        `MethodOptionError`: for an unknown option (listing the accepted ones) or a value of the wrong type.
+        `MethodOptionTypeError`: for an unknown option (listing the accepted ones) or a value of the wrong type.
+        `MethodOptionError`: for a value of the right type that is none of the accepted choices; the config's
+            `__post_init__` raises it for values out of range.
     """
     hints = typing.get_type_hints(spec.config_class)
     fields = {f.name for f in dataclasses.fields(spec.config_class)}
     for key, value in sorted(options.items()):
         if key not in fields:
             accepted = ", ".join(sorted(fields)) or "none"
-            raise MethodOptionError(
+            raise MethodOptionTypeError(
                 f"Unknown option {key!r} for method {spec.name!r}. Accepted options: {accepted}."
             )
         if not _matches(value, hints[key]):
-            raise MethodOptionError(
+            error = MethodOptionError if _matches(value, hints[key], choices=False) else MethodOptionTypeError
+            raise error(
                 f"Option {key}={value!r} for method {spec.name!r} has the wrong type or value: "
                 f"expected {_describe(hints[key])}."
             )
     return spec.config_class(**options)
 
 
-def _matches(value: Any, annotation: Any) -> bool:
+def _matches(value: Any, annotation: Any, *, choices: bool = True) -> bool:
+    """Whether `value` is of `annotation`; `choices=False` takes any value of a Literal's type (a str for
+    `Literal["a", "b"]`), to tell a value out of the choices from a value of the wrong type."""
     origin = typing.get_origin(annotation)
     if annotation is Any:
         return True
     if origin is Literal:
-        return any(value == choice and type(value) is type(choice) for choice in typing.get_args(annotation))
+        return any((value == choice or not choices) and type(value) is type(choice)
+                   for choice in typing.get_args(annotation))
     if origin in (Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(annotation))
+        return any(_matches(value, arg, choices=choices) for arg in typing.get_args(annotation))
     if annotation is type(None):
         return value is None
     if annotation is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     if annotation is os.PathLike:
         return isinstance(value, os.PathLike)
     return isinstance(value, origin or annotation)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
-from ._typing import Tokenizer
+from ._typing import Corpus, Tokenizer, TokenizerLike
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
@@ -143,9 +143,9 @@ def default_cache_dir() -> Path:
 
 
 def train_word_vectors(
-    corpus: Any,
+    corpus: Corpus,
     *,
-    tokenizer: Any = None,
+    tokenizer: TokenizerLike | None = None,
     dim: int = 100,
     epochs: int = 3,
     min_count: int = 10,

@@ -13,6 +13,7 @@ import jinja2
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import httpx
 
+from .._typing import Model
 from ..errors import ModelFolderError, RecordError
 from ..record import ExtensionRecord, require_record
 from ._body import body, hub_id
@@ -26,7 +27,7 @@ _PIPELINES = (("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generati
 
 
 def model_card(
-    folder_or_model: str | os.PathLike | Any,
+    folder_or_model: str | os.PathLike[str] | Model,
     *,
     repo_id: str | None = None,
     base_model: str | list[str] | None = None,

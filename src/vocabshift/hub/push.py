@@ -14,7 +14,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from ..arguments import check_path, check_token
+from ..arguments import check_flag, check_path, check_token
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError, UnsafeWeightsError
 from ..headers import check_folder_files
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
@@ -172,8 +172,7 @@ def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
 def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revision: Any, commit_message: Any) -> None:
     check_path(folder, name="folder")
     check_repo_id(repo_id)
-    if not isinstance(private, bool):
-        raise InvalidArgumentTypeError(f"private={private!r} is a {type(private).__name__}: pass True or False.")
+    check_flag(private, name="private")
     check_token(token)
     if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
         raise InvalidArgumentError(f"commit_message={commit_message!r} is invalid: pass a non-empty string or None.")

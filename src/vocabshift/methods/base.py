@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from .._typing import Tokenizer
-from ..errors import MethodOptionError
+from ..errors import MethodOptionTypeError
 from ..vocab.align import Alignment
 from ..vocab.forms import TokenForm
 
@@ -143,10 +143,10 @@ def resolved(value: Any, expected: type[T], *, option: str, method: str) -> T:
     helper matrix): methods read no file and train nothing themselves.
 
     Raises:
-        `MethodOptionError`: `value` is still a path, a corpus or a model (the method was called directly).
+        `MethodOptionTypeError`: `value` is still a path, a corpus or a model (the method was called directly).
     """
     if not isinstance(value, expected):
-        raise MethodOptionError(
+        raise MethodOptionTypeError(
             f"Method {method!r} got {option} as a {type(value).__name__}, not a {expected.__name__}: call it "
             "through extend_vocabulary, or resolve its options first with vocabshift.inputs.resolve_inputs(config, "
             "new_tokenizer) (which loads files, trains word vectors and reads the helper's matrix)."

@@ -31,7 +31,7 @@ def multilingual_vectors(word_vectors: Any, method: str) -> WordVectors:
 
     Raises:
         `WordVectorsError`: if the vectors are token level (OFA matches words, not token strings).
-        `MethodOptionError`: if they were not loaded (see `base.resolved`).
+        `MethodOptionTypeError`: if they were not loaded (see `base.resolved`).
     """
     vectors = resolved(word_vectors, WordVectors, option="word_vectors", method=method)
     if vectors.level == "token":

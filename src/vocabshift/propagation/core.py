@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..arguments import check_path, check_token
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, OutputExistsError, ShardError, SiblingMismatchError
+from ..arguments import check_flag, check_path, check_token
+from ..errors import InvalidArgumentError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import Header, check_weight_map, read_header
 from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder, save_tokenizer
@@ -117,8 +117,7 @@ def _check_arguments(options: dict[str, tuple[Any, Any]], method: Any, token: An
             raise InvalidArgumentError(f"{role}_revision={revision!r} is invalid: pass a branch, tag or commit of "
                                        f"the {role} Hub repo, or None.")
     check_token(token, booleans=True)
-    if not isinstance(hardlink, bool):
-        raise InvalidArgumentTypeError(f"hardlink={hardlink!r} is a {type(hardlink).__name__}: pass True or False.")
+    check_flag(hardlink, name="hardlink")
 
 
 def _check_output_dir(output_dir: str | os.PathLike) -> Path:

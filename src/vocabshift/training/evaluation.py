@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .._typing import Model, Tokenizer
+from .._typing import Model, Tokenizer, TokenizerLike
 from ..arguments import check_count, check_texts, is_int
 from ..embeddings import Embeddings, check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
@@ -97,11 +97,11 @@ class Evaluation:
 
 def evaluate(
     model: Model,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerLike,
     texts: Sequence[str],
     *,
     original_model: Model | None = None,
-    original_tokenizer: Any = None,
+    original_tokenizer: TokenizerLike | None = None,
     context_length: int = 512,
     batch_size: int = 4,
 ) -> Evaluation:
@@ -173,7 +173,7 @@ def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, 
     check_tokenizer(model, tokenizer, embeddings.num_rows, argument=f"{prefix}tokenizer")
     default_prefix(tokenizer)
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if isinstance(positions, int) and is_int(positions) and context_length > positions:
+    if is_int(positions) and context_length > positions:
         raise InvalidArgumentError(f"context_length={context_length} is longer than the {positions} positions of "
                                    f"{prefix}model ({type(model).__name__}): pass at most {positions}.")
     return tokenizer

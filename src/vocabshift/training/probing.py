@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from huggingface_hub.utils import tqdm
 
+from .._typing import Model, TokenizerLike
 from ..arguments import check_count, check_rate, check_texts
 from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError
@@ -95,8 +96,8 @@ class ProbeResult:
 
 
 def probe(
-    model: Any,
-    new_tokenizer: Any,
+    model: Model,
+    new_tokenizer: TokenizerLike,
     train_texts: Sequence[str],
     held_out_texts: Sequence[str],
     *,
@@ -105,7 +106,7 @@ def probe(
     steps: int = 50,
     eval_every: int = 10,
     mode: str = "extend",
-    source_tokenizer: Any = None,
+    source_tokenizer: TokenizerLike | None = None,
     method_options: Mapping[str, Mapping[str, Any]] | None = None,
     rows: str = "new",
     batch_size: int = 8,

@@ -22,7 +22,7 @@ _ACCEPTED = (
 )
 
 
-def load_tokenizer(value: Any, *, argument: str) -> Any:
+def load_tokenizer(value: Any, *, argument: str) -> FastTokenizer:
     """A fast tokenizer from `value`.
 
     Args:

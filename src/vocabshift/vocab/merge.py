@@ -26,6 +26,8 @@ from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
+from .._typing import Tokenizer as FastTokenizer
+from .._typing import TokenizerLike
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
 from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, drop_unreachable, next_id, splice_bpe
 from ._splits import add_every_split, has_every_split
@@ -71,13 +73,13 @@ class MergeReport:
 
 
 def merge_tokenizers(
-    source: Any,
-    new: Any,
+    source: TokenizerLike,
+    new: TokenizerLike,
     *,
     target_texts: Sequence[str] | None = None,
     source_texts: Sequence[str] | None = None,
     keep_source_segmentation: bool = False,
-) -> tuple[Any, MergeReport]:
+) -> tuple[FastTokenizer, MergeReport]:
     """Extend the fast tokenizer `source` with the tokens of `new`.
 
     Args:

@@ -24,7 +24,7 @@ __all__ = ["replacement_tokenizer"]
 _MODEL_SETTINGS = ("model_max_length", "extra_special_tokens", "padding_side", "truncation_side")
 
 
-def replacement_tokenizer(source: Tokenizer, new: Tokenizer) -> Any:
+def replacement_tokenizer(source: Tokenizer, new: Tokenizer) -> Tokenizer:
     """`new` with the added tokens, special-token roles, post-processor and chat template of `source`."""
     state = _merged_state(source, new)
     with tempfile.TemporaryDirectory() as old_dir, tempfile.TemporaryDirectory() as new_dir:

@@ -8,6 +8,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._typing import TokenizerLike
 from ..corpus import text_lines
 from .load import load_tokenizer
 
@@ -21,7 +22,7 @@ def _encode(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
 
-def tokens_per_word(tokenizer: Any, texts: Sequence[str]) -> float:
+def tokens_per_word(tokenizer: TokenizerLike, texts: Sequence[str]) -> float:
     """Tokens per whitespace-separated word of `texts` (the tokenizer's fertility).
 
     Raises:

@@ -17,7 +17,9 @@ from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..arguments import check_count
+from .._typing import Tokenizer as FastTokenizer
+from .._typing import TokenizerLike
+from ..arguments import check_count, is_int
 from ..corpus import text_lines
 from ..errors import InvalidArgumentError
 from .forms import SPIECE, backend_state, detect_family
@@ -28,7 +30,8 @@ __all__ = ["train_tokenizer"]
 _BYTE_PIECES = [f"<0x{byte:02X}>" for byte in range(256)]
 
 
-def train_tokenizer(texts: Iterable[str], *, like: Any, vocab_size: int, min_frequency: int = 2) -> Any:
+def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: int, min_frequency: int = 2
+                    ) -> FastTokenizer:
     """Train a tokenizer on `texts` with the model kind, normalizer, pre-tokenizer and decoder of `like`.
 
     The result has no special tokens of its own (in extend mode the model keeps those of `like`), but it keeps
@@ -93,7 +96,7 @@ def _alphabet(lines: list[str], family: str) -> int:
 
 
 def _check_size(vocab_size: Any, alphabet: int, min_frequency: Any) -> None:
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= alphabet:
+    if not is_int(vocab_size) or vocab_size <= alphabet:
         raise InvalidArgumentError(
             f"vocab_size={vocab_size!r} is invalid: the tokenizer's alphabet (bytes or the corpus's characters, "
             f"byte-fallback pieces, unk) takes {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 "

@@ -16,6 +16,7 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..._typing import Model
+from ...arguments import check_rate
 from ...errors import InvalidArgumentError, TrainingSetupError
 from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
@@ -94,11 +95,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
     ) -> None:
         if (isinstance(rows, str) and rows not in ROW_CHOICES) or not isinstance(rows, (str, Sequence)):
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
-        if head_learning_rate is not None and not (isinstance(head_learning_rate, float)
-                                                   and 0 < head_learning_rate < float("inf")):
-            raise InvalidArgumentError(
-                f"head_learning_rate={head_learning_rate!r} is invalid: pass a positive finite float."
-            )
+        if head_learning_rate is not None:
+            head_learning_rate = check_rate(head_learning_rate, name="head_learning_rate")
         if second_stage is not None and not isinstance(second_stage, SecondStage):
             raise InvalidArgumentError(f"second_stage is a {type(second_stage).__name__}: pass a SecondStage.")
         if command is not None and (isinstance(command, str) or not isinstance(command, Sequence)

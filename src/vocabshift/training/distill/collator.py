@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..._typing import Tokenizer
+from ...arguments import check_count
 from ...errors import InvalidArgumentError
 from ._chunks import align_chunks
 
@@ -59,16 +61,15 @@ class DistillationCollator:
     `teacher_chunk_ids` (chunk of every token; -1 at padding).
     """
 
-    tokenizer: Any
-    teacher_tokenizer: Any
+    tokenizer: Tokenizer
+    teacher_tokenizer: Tokenizer
     max_length: int = 128
     max_teacher_length: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_length", "max_teacher_length"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 2):
-                raise InvalidArgumentError(f"{name}={value!r} is invalid: pass an int of at least 2.")
+            if getattr(self, name) is not None:
+                check_count(getattr(self, name), name=name, minimum=2, accepted="an int of at least 2")
         self._prefixes = (prefix_id(self.tokenizer, "student"), prefix_id(self.teacher_tokenizer, "teacher"))
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:

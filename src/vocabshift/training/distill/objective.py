@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..._typing import Model
 from ...errors import InvalidArgumentError
 from .losses import (
     at_chunk_ends,
@@ -156,7 +157,7 @@ def _head_targets(teacher: Teacher, last: torch.Tensor, ends: torch.Tensor | Non
 
 
 def distillation_loss(
-    model: Any, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
+    model: Model, targets: TeacherTargets, batch: dict[str, torch.Tensor], weights: DistillationWeights, *,
     first_pieces: torch.Tensor | None = None, tree: PieceTree | None = None, count: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The weighted loss of the student on one `DistillationCollator` batch, and each objective's value.

