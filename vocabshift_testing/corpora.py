@@ -44,11 +44,11 @@ def shared_dir() -> Path:
     """The folder holding the full corpora in `data/mono`.
 
     Raises:
-        `FileNotFoundError`: when neither `$VOCABSHIFT_SHARED` nor a `shared` folder beside the checkout or the
-            current folder holds them.
+        `FileNotFoundError`: when neither `$VOCABSHIFT_SHARED`, a `shared` folder beside the checkout or the
+            current folder, nor the team machines' /work/shared holds them (a clean checkout elsewhere, as CI's).
     """
     candidates = [Path(os.environ["VOCABSHIFT_SHARED"])] if "VOCABSHIFT_SHARED" in os.environ else []
-    candidates += [repository_dir().parent / "shared", Path.cwd().parent / "shared"]
+    candidates += [repository_dir().parent / "shared", Path.cwd().parent / "shared", Path("/work/shared")]
     for candidate in candidates:
         if (candidate / "data" / "mono").is_dir():
             return candidate
