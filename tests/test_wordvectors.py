@@ -10,7 +10,7 @@ import pytest
 import vocabshift
 from vocabshift import wordvectors
 from vocabshift.corpus import corpus_fingerprint
-from vocabshift.errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
+from vocabshift.errors import CorpusError, InvalidTokenizerError, WordVectorsError, WordVectorsNotFoundError
 from vocabshift.vocab.forms import TokenForm, native_string, token_forms
 
 
@@ -40,6 +40,20 @@ def test_training_is_cached_by_corpus_and_settings(tmp_path, ru_lines, tokenizer
     assert corpus_fingerprint(path) == corpus_fingerprint(ru_lines[:1500])
     with pytest.raises(AssertionError, match="retrained"):  # other settings: another model
         vocabshift.train_word_vectors(path, tokenizer=tokenizer, dim=9, min_count=3, cache_dir=tmp_path)
+
+
+def test_the_tokenizer_may_be_a_path(tmp_path, ru_lines, tokenizers_ru, monkeypatch):
+    """As every tokenizer argument of vocabshift: a saved folder loads (here: the same tokenizer, so the cached model),
+    and another type is refused by name (it was an AttributeError)."""
+    tokenizer = tokenizers_ru["unigram"]
+    first = vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=tokenizer, dim=8, min_count=3, cache_dir=tmp_path)
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    monkeypatch.setattr(wordvectors, "_train", _refuse_training)
+    again = vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=tmp_path / "tokenizer", dim=8, min_count=3,
+                                          cache_dir=tmp_path)
+    assert again.level == "token" and again.words == first.words
+    with pytest.raises(InvalidTokenizerError, match="tokenizer is a int; pass a fast tokenizer"):
+        vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=42, cache_dir=tmp_path)
 
 
 def _refuse_training(*args, **kwargs):

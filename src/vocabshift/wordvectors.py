@@ -26,7 +26,7 @@ from ._typing import Corpus, Tokenizer, TokenizerLike
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
-from .vocab.load import fingerprint
+from .vocab.load import fingerprint, load_tokenizer
 
 __all__ = ["WordVectors", "default_cache_dir", "load_word_vectors", "train_word_vectors"]
 
@@ -162,7 +162,8 @@ def train_word_vectors(
 
     Args:
         corpus: a path to a UTF-8 text file (one document per line) or a list of strings.
-        tokenizer (*optional*): a fast tokenizer; given, the vectors are token level.
+        tokenizer (*optional*): a fast tokenizer (or its path, as for `extend_vocabulary`); given, the vectors are
+            token level.
         dim (`int`, defaults to 100): fastText's vector size.
         epochs (`int`, defaults to 3): fastText's passes over the corpus.
         min_count (`int`, defaults to 10): words seen fewer times get no vector, so that rare tokens are flagged
@@ -177,6 +178,7 @@ def train_word_vectors(
 
     Raises:
         `CorpusError`: if the corpus is empty, not text or not UTF-8, or too small for `min_count`.
+        `InvalidTokenizerError`, `TokenizerLoadError`: `tokenizer` is not a fast tokenizer (or its path).
 
     Example:
         ```python
@@ -184,17 +186,18 @@ def train_word_vectors(
         >>> model.extend_vocabulary(ru_tokenizer, method="focus", word_vectors=vectors)
         ```
     """
+    loaded = None if tokenizer is None else load_tokenizer(tokenizer, argument="tokenizer")
     settings = {"model": model, "dim": dim, "epoch": epochs, "minCount": min_count, "neg": 10, "bucket": bucket}
     corpus_sha, count = corpus_fingerprint(corpus)
     meta = {"format": _CACHE_FORMAT, "corpus_sha256": corpus_sha, "documents": count, "settings": settings,
-            "level": "token" if tokenizer is not None else "word", "family": None, "tokenizer_sha256": None}
-    if tokenizer is not None:
-        meta["family"], meta["tokenizer_sha256"] = detect_family(backend_state(tokenizer)), fingerprint(tokenizer)
+            "level": "token" if loaded is not None else "word", "family": None, "tokenizer_sha256": None}
+    if loaded is not None:
+        meta["family"], meta["tokenizer_sha256"] = detect_family(backend_state(loaded)), fingerprint(loaded)
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
     path = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     path = path / f"{meta['level']}-{key}.bin"
     if not path.exists():
-        _train(corpus, tokenizer, settings, meta, path)
+        _train(corpus, loaded, settings, meta, path)
     return load_word_vectors(path)
 
 
