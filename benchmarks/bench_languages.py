@@ -295,13 +295,18 @@ def _curve_table(results, original) -> list[str]:
     timed = [arm for arm in arms if arm not in ("cross-entropy", "control") and ce is not None]
     lines = ["| step | " + " | ".join(arms) + "".join(f" | cross-entropy at {arm}'s seconds" for arm in timed) + " |",
              "|---|" + "---|" * (len(arms) + len(timed))]
-    clock = {arm: dict(zip(first[arm], (t for t, _ in timed_curve(results[arm]["0"])))) for arm in timed}
+    clock = {arm: _clock(results[arm]["0"]) for arm in timed}
     for step in sorted(set().union(*first.values())):
         cells = [_f(first[arm].get(step)) for arm in arms]
         for arm in timed:
             cells.append(at_seconds(ce, clock[arm][step]) if step in clock[arm] else "-")
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     return lines + ["", f"The untrained original model with its own tokenizer: {original['held_out']:.4f}."]
+
+
+def _clock(run) -> dict[int, float]:
+    """The run's elapsed training seconds at each of its checkpoint steps."""
+    return {step: seconds for (step, _), (seconds, _) in zip(run["curve"], timed_curve(run), strict=True)}
 
 
 def _cost_table(results, original) -> list[str]:
@@ -338,7 +343,7 @@ def _wall_time_table(results, seed_steps) -> list[str]:
         if arm in ("cross-entropy", "control"):
             continue
         for seed, run in sorted(runs.items(), key=lambda item: int(item[0])):
-            clock = dict(zip(dict(run["curve"]), (t for t, _ in timed_curve(run))))
+            clock = _clock(run)
             if seed not in ce or seed_steps not in clock:
                 continue
             ratio = run["seconds_per_step"] / ce[seed]["seconds_per_step"]
