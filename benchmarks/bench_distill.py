@@ -45,17 +45,24 @@ CROSS_ENTROPY = DistillationWeights.next_token_only()
 
 
 class Checkpoints(TrainerCallback):
-    """Scores held-out bits per byte at the given steps and keeps the training time apart from scoring time."""
+    """Scores held-out bits per byte at the given steps and keeps the training time apart from scoring time.
+
+    A step's seconds run from the end of the one before (or the start of training) to its own end: the batch's
+    collation (the Trainer fetches it before `on_step_begin`) counts, scoring does not."""
 
     def __init__(self, model, tokenizer, held_out, steps):
         self.model, self.tokenizer, self.held_out, self.steps = model, tokenizer, held_out, set(steps)
         self.curve, self.elapsed, self.train_seconds, self._start = [], [], 0.0, None
 
-    def on_step_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, **kwargs):
         self._start = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         self.train_seconds += time.perf_counter() - self._start
+        self._after_step(state)
+        self._start = time.perf_counter()
+
+    def _after_step(self, state):
         if state.global_step in self.steps:
             with eval_mode(self.model):
                 self.curve.append((state.global_step, bits_per_byte(self.model, self.tokenizer, self.held_out)))

@@ -239,7 +239,7 @@ def test_adaptive_share_follows_the_teacher_lead():
 
 
 def test_adaptive_share_drops_to_the_floor_once_the_student_models_the_text_better():
-    """Whatever the next-piece lead, a running text lead at or below 0 leaves a sixteenth of the share, and the
+    """Whatever the next-piece lead, a running text lead at or below 0 leaves a sixty-fourth of the share, and the
     share comes back when the teacher's text lead does."""
     schedule = TeacherSchedule(DistillationWeights(teacher_share=0.5))
     schedule.update(2.0, 0.2)
@@ -247,7 +247,7 @@ def test_adaptive_share_drops_to_the_floor_once_the_student_models_the_text_bett
     schedule.update(2.0, -1.0)  # the running mean moves a tenth of the way: 0.9 * 0.2 - 0.1
     assert schedule.text_lead == pytest.approx(0.08) and schedule.share == 0.5
     schedule.update(None, -3.0)
-    assert schedule.text_lead < 0 and schedule.share == pytest.approx(0.5 / 16) and schedule.lead == 2.0
+    assert schedule.text_lead < 0 and schedule.share == pytest.approx(0.5 / 64) and schedule.lead == 2.0
     for _ in range(30):
         schedule.update(2.0, 1.0)
     assert schedule.text_lead > 0 and schedule.share == 0.5

@@ -181,10 +181,10 @@ def distillation_loss(
         raise InvalidArgumentError("distillation_loss: the next_piece objective and the gate need first_pieces="
                                    "first_pieces(record, rows); pass it, or set DistillationWeights(next_piece=0, "
                                    "gate=False).")
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                output_hidden_states=weights.hidden > 0, logits_to_keep=0 if needs_logits else 1)
     size = len(batch["input_ids"])
     read = 0 if not weights.uses_teacher else size if count is None else min(count, size)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                output_hidden_states=weights.hidden > 0 and read > 0, logits_to_keep=0 if needs_logits else 1)
     parts: dict[str, torch.Tensor] = {}
     judged: dict[str, float] = {}
     if read:

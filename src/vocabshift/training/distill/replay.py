@@ -6,7 +6,8 @@ source language's next tokens, which costs the model its English. `SourceReplay`
 source-language text (the English lines shipped with vocabshift unless told otherwise), cut by its own
 tokenizer, and `source_loss` scores it with the input embeddings' output detached: the body runs without a graph
 (no backward through it), and the loss trains the rows only as outputs, there where they compete with the source
-language's tokens. It costs one forward of one sequence and the head's backward.
+language's tokens. It costs one forward of one sequence and the head's backward, every `READ_EVERY` losses;
+`DistillationTrainer` runs it in the teacher's precision (bfloat16 where the device computes it natively).
 """
 
 from __future__ import annotations

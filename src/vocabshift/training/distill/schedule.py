@@ -8,8 +8,8 @@ sequences it reads. Its lead on the next piece (`teacher_lead`: how much more lo
 piece of the next chunk than the student does) sets the share as a fraction of the largest that lead has been. Its
 lead on the whole text (`teacher_text_lead`: how far its loss on the sequence is below the student's) decides whether
 it still teaches at all: once the student models the text better (a language the original model is weak in, soon
-after the start), the teacher reads only a sixteenth of the share, enough to keep both measured, so that the
-student trains as fast per second as with plain cross-entropy. The next-piece lead alone does not see this: the
+after the start), the teacher reads only a sixty-fourth of the share, enough to keep both measured, so that the
+student trains about as fast per second as with plain cross-entropy. The next-piece lead alone does not see this: the
 teacher can still win most next pieces of a text the student already models better as a whole.
 """
 
@@ -22,7 +22,8 @@ from .weights import DistillationWeights
 __all__ = ["TeacherSchedule"]
 
 _SMOOTHING = 0.1  # weight of each teacher batch in the running mean of the lead (about the last 10 batches)
-_FLOOR = 1 / 16  # the share that still reads once the student has caught up
+_FLOOR = 1 / 16  # the lowest share while the teacher still models the text better
+_CAUGHT_UP = 1 / 64  # the share once the student models the text better: enough to see the teacher lead again
 
 
 class TeacherSchedule:
@@ -53,7 +54,7 @@ class TeacherSchedule:
         if not self.weights.adaptive_share:
             return share
         if self.text_lead is not None and self.text_lead <= 0:  # the student models the text better
-            return share * _FLOOR
+            return share * _CAUGHT_UP
         if self.lead is None or self.best_lead is None or self.best_lead <= 0:
             return share
         return share * min(1.0, max(_FLOOR, self.lead / self.best_lead))

@@ -87,9 +87,7 @@ class Teacher:
         inputs = {"input_ids": input_ids}
         if self.original is not None:
             inputs = {"inputs_embeds": _lookup(find_embeddings(self.model).input, self.original.input, input_ids)}
-        if self.dtype == "auto":
-            self.dtype = _auto_dtype(model, input_ids.device)
-        with self._precision(input_ids.device):
+        with self.precision(input_ids.device):
             out = model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
             last = out.hidden_states[-1]
             return TeacherOutput(out.hidden_states[layer], last, self.logits(last) if logits else None)
@@ -99,7 +97,12 @@ class Teacher:
         """The dtype the teacher runs in, `None` for the model's own (and for `"auto"` before the first call)."""
         return None if self.dtype == "auto" else self.dtype
 
-    def _precision(self, device: torch.device) -> Any:
+    def precision(self, device: torch.device) -> Any:
+        """The context the teacher runs in on `device`: autocast to its dtype (`"auto"` is chosen at the first call),
+        or nothing for the model's own. Other forwards that only infer through the body (the source replay) use it
+        too."""
+        if self.dtype == "auto":
+            self.dtype = _auto_dtype(self.teacher_model if self.teacher_model is not None else self.model, device)
         dtype = self._chosen
         return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 

@@ -103,7 +103,7 @@ class DistillationTrainer(Trainer):
             under autocast (`Teacher`): `"auto"` runs a float32 model's teacher in bfloat16 where the device computes
             it natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), where its forward, most of what distillation
             adds to a step, gets much faster; `None`: the model's own dtype (or the Trainer's `bf16`/`fp16`
-            autocast).
+            autocast). The source replay's forward, which also only infers through the body, runs in it too.
         weights (`DistillationWeights`, *optional*): objective weights and hidden-state layer.
         source_texts (`Sequence[str]`, *optional*): source-language lines for `weights.source` (`SourceReplay`);
             defaults to the English lines shipped with vocabshift. Pass lines of the model's main language when it is
@@ -196,7 +196,8 @@ class DistillationTrainer(Trainer):
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
                                         tree=self.tree, count=count)
         if self.source is not None and self.source.due():
-            source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
+            with self.teacher.precision(loss.device):  # its body only infers, as the teacher's
+                source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
             loss, parts["source"] = loss + self.weights.source * READ_EVERY * source, source.item()
         self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
