@@ -3,37 +3,47 @@ and the demo in examples/ (on a tiny model).
 
 A page's Python blocks run in order, in one namespace, in a working folder holding `ru.txt`, `en.txt` and
 `held-out.txt`, with a `LoopbackHub` serving tiny models under the Hub ids the blocks name (`tiny_models`): the
-blocks run as written, but for `FAST`, which shortens a long training run. A block that cannot run here starts with
-`OPT_OUT` and says why; `OPTED_OUT` counts them, so that a new one is a decision.
+blocks run as written, but for `FAST`, which shortens a long training run. On the pages that convert to GGUF and run
+llama.cpp (`GGUF_PAGES`), SmolLM2's stand-ins carry SmolLM2's own tokenizer, and the cache holds llama.cpp's converter.
+A block that cannot run here starts with `OPT_OUT` and says why; `OPTED_OUT` counts them, so that a new one is a
+decision.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import HfApi
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from conftest import ROOT, make_model, make_tokenizer, read_lines, realistic_embeddings_
 from vocabshift.cli import build_parser
+from vocabshift.export.llama_cpp import converter_dir
 from vocabshift_testing import LoopbackHub
+from vocabshift_testing.corpora import smollm2
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 OPT_OUT = "# docs: not run:"
-OPTED_OUT = {"docs/elsewhere.md": 1}  # page -> blocks that start with OPT_OUT (each says why)
+OPTED_OUT: dict[str, int] = {}  # page -> blocks that start with OPT_OUT (each says why)
 # the one edit made to the blocks: a long run shortened (each key must occur in a block)
 FAST = {"max_steps=1000": "max_steps=10"}
 RUSSIAN_LINES, HELD_OUT_LINES, ENGLISH_LINES = 1500, 40, 300
 TORCHRUN = {"docs/backends.md"}  # pages whose script is for torchrun: here they run as its one process
+# Pages that convert to GGUF and run llama.cpp. llama.cpp refuses a byte-level BPE tokenizer it does not know, so their
+# SmolLM2 stand-ins carry SmolLM2's own; the other pages keep a 1,000-token one, as its 49,152 rows make every training
+# step about 14 times as slow (with it on every page the docs test ran 5 times as long).
+GGUF_PAGES = {"docs/elsewhere.md"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
@@ -87,15 +97,14 @@ def _fine_tuned(model: LlamaForCausalLM) -> LlamaForCausalLM:
     return model
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory) -> dict[str, Path]:
-    """Folders of the tiny models the docs name, by Hub id."""
-    root = tmp_path_factory.mktemp("docs-models")
-    english = make_tokenizer("bytelevel", read_lines("en", 3000), 1000)
-    russian = make_tokenizer("bytelevel", read_lines("ru", 3000), 1500)
-    models = {"HuggingFaceTB/SmolLM2-135M": (_tiny_llama(english), english),
-              "HuggingFaceTB/SmolLM2-135M-Instruct": (_fine_tuned(_tiny_llama(english)), english),
-              "your-org/russian-lm": (make_model("qwen2-tied", russian), russian)}
+def _smollm2_models(tokenizer) -> dict[str, tuple[LlamaForCausalLM, object]]:
+    """SmolLM2-135M and its instruct sibling, on `tokenizer`."""
+    return {"HuggingFaceTB/SmolLM2-135M": (_tiny_llama(tokenizer), tokenizer),
+            "HuggingFaceTB/SmolLM2-135M-Instruct": (_fine_tuned(_tiny_llama(tokenizer)), tokenizer)}
+
+
+def _saved(root: Path, models: dict[str, tuple[torch.nn.Module, object]]) -> dict[str, Path]:
+    """Each (model, tokenizer) saved in a folder of `root`; the folders by Hub id."""
     folders = {}
     for repo_id, (model, tokenizer) in models.items():
         folders[repo_id] = root / repo_id.replace("/", "--")
@@ -105,25 +114,61 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def hub(tiny_models):
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """Folders of the tiny models the docs name, by Hub id."""
+    english = make_tokenizer("bytelevel", read_lines("en", 3000), 1000)
+    russian = make_tokenizer("bytelevel", read_lines("ru", 3000), 1500)
+    models = {**_smollm2_models(english), "your-org/russian-lm": (make_model("qwen2-tied", russian), russian)}
+    return _saved(tmp_path_factory.mktemp("docs-models"), models)
+
+
+@contextlib.contextmanager
+def _serving(folders: dict[str, Path]) -> Iterator[LoopbackHub]:
+    """A LoopbackHub, active while the `with` block runs, holding each folder under its Hub id."""
     with LoopbackHub() as hub:
         api = HfApi()
-        for repo_id, folder in tiny_models.items():
+        for repo_id, folder in folders.items():
             api.create_repo(repo_id)
             api.upload_folder(folder_path=folder, repo_id=repo_id)
         yield hub
 
 
+@pytest.fixture(scope="module")
+def tiny_hub(tiny_models):
+    with _serving(tiny_models) as hub:
+        yield hub
+
+
 @pytest.fixture
-def workdir(tmp_path, monkeypatch, tmp_path_factory) -> Path:
-    """A working folder with the text files the blocks read; caches kept out of the home folder."""
+def hub(page, request, tiny_models, tmp_path_factory):
+    """The LoopbackHub the page reads: on GGUF_PAGES one of its own (for the page only), whose SmolLM2 stand-ins
+    carry SmolLM2's own tokenizer (49,152 tokens)."""
+    if _name(page) not in GGUF_PAGES:
+        yield request.getfixturevalue("tiny_hub")
+        return
+    tokenizer = AutoTokenizer.from_pretrained(smollm2())
+    smollm2_models = _saved(tmp_path_factory.mktemp("docs-models-smollm2"), _smollm2_models(tokenizer))
+    with _serving({**tiny_models, **smollm2_models}) as hub:  # over tiny_hub (if active) for this page only
+        yield hub
+
+
+@pytest.fixture
+def workdir(page, hub, tmp_path, monkeypatch, tmp_path_factory) -> Path:
+    """A working folder with the text files the blocks read; caches kept out of the home folder (after `hub`, which
+    reads SmolLM2 from the user's cache), but on GGUF_PAGES for a link to llama.cpp's converter, from the user's
+    cache (downloaded there once, as SmolLM2 is)."""
+    converter = converter_dir() if _name(page) in GGUF_PAGES else None
     texts = {"ru.txt": read_lines("ru", RUSSIAN_LINES),
              "held-out.txt": read_lines("ru", HELD_OUT_LINES, skip=RUSSIAN_LINES),
              "en.txt": read_lines("en", ENGLISH_LINES, skip=3000)}
     for name, lines in texts.items():
         (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("VOCABSHIFT_CACHE", str(tmp_path_factory.getbasetemp() / "docs-cache"))
+    cache = tmp_path_factory.getbasetemp() / "docs-cache"
+    monkeypatch.setenv("VOCABSHIFT_CACHE", str(cache))
+    if converter is not None and not (cache / converter.name).exists():
+        cache.mkdir(exist_ok=True)
+        (cache / converter.name).symlink_to(converter, target_is_directory=True)
     return tmp_path
 
 
@@ -168,6 +213,10 @@ def test_opt_outs_say_why():
             if first.startswith(OPT_OUT):
                 assert len(first) > len(OPT_OUT) + 10, f"{_name(page)}:{block.line}: say why the block does not run"
     assert set(OPTED_OUT) <= {_name(page) for page in PAGES}
+
+
+def test_gguf_pages_are_pages_with_python_blocks():
+    assert GGUF_PAGES <= {_name(page) for page in PAGES if python_blocks(page)}
 
 
 def test_fast_replacements_are_used():
