@@ -5,7 +5,8 @@ tokenizer, for the word-vector methods next to `random`, `mean` and `subword` fr
 
 All material comes from `wordvec_common.py` (built once, cached): 200 random Russian lines are held out from the
 tokenizer, fastText, the multilingual vectors and the helper model. Bits per byte: `vocabshift.training.metrics.
-bits_per_byte` (context 512). Results: benchmarks/results/wordvec_init.md (+ .json).
+bits_per_byte` (each line its own document, windows of 512 tokens). Results: benchmarks/results/wordvec_init.md
+(+ .json).
 """
 
 from __future__ import annotations

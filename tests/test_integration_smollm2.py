@@ -14,10 +14,13 @@ from vocabshift_testing.corpora import held_out_split, read_corpus, smollm2, tar
 
 pytestmark = pytest.mark.integration
 
-# The issue asked for at most +25% over the original model at step 0. Measured here: +33% for `subword` in extend
-# mode (+29% in replace mode); see the closing note of issue 2. This bound guards against regressions. The option
-# tied_mean_shift=0.25 meets the +25% (+24.7%) but slows embedding-only training, so it is measured, not the default.
-STEP0_RATIO_BOUND = 1.40
+# The issue asked for at most +25% over the original model at step 0. Measured here with each held-out line scored as
+# its own document (the same bytes of context for both tokenizers): +8.0% for `subword` in extend mode, +6.6% with
+# tied_mean_shift=0.25 (which slows embedding-only training, so it is measured, not the default). Issue 2's closing
+# note measured +33% and +24.7% with 512-token windows over the newline-joined lines: there the earlier lines are
+# context, which the original model puts to better use than the step-0 adapted one (though it got fewer bytes of
+# them). STEP0_RATIO_BOUND guards against regressions; SHIFTED_RATIO_BOUND is the issue's target.
+STEP0_RATIO_BOUND = 1.15
 SHIFTED_RATIO_BOUND = 1.25
 
 

@@ -2,18 +2,18 @@
 per byte of `vocabshift.evaluate` on the same held-out Russian and English text, within 1%.
 
 How each scores text, and the settings that make them score the same tokens:
-- `evaluate` joins the lines with newlines, tokenizes the text once without special tokens and cuts it into windows
-  of `context_length` tokens (512), each starting with bos; it divides by the UTF-8 bytes of the joined text.
-- lm-eval's `loglikelihood_rolling` scores each document on its own: the prefix token (bos) and then windows of
-  `max_length` tokens rolled over the document; `bits_per_byte` divides by the UTF-8 bytes of the documents.
-So each language is one document, its lines joined by newlines (the same text and bytes); `max_length=512` gives the
-same windows; `add_bos_token=False` tokenizes without special tokens as `evaluate` does (a tokenizer that adds bos
-itself, as Llama-2's and Gemma's do, would otherwise score a second one). What is left: lm-eval starts each window
-after the first from the token before it instead of bos, and fills its last window up with earlier tokens as context
-(0.3% apart here; with the whole text in one window the two agree to 1e-7). One document per line, lm-eval's usual
-layout, would score each line from bos without the lines before it and without its newline: 6% (Russian) and 17%
-(English) above `evaluate`.
-"""
+- `evaluate` scores each line as its own document: bos, then the line's tokens (without special tokens), in windows
+  of `context_length` tokens (512) that each start with bos when a line is longer; it divides by the UTF-8 bytes of
+  the lines.
+- lm-eval's `loglikelihood_rolling` scores each document on its own: the prefix token (bos) and then windows rolled
+  over the document that each read `max_length` positions; `bits_per_byte` divides by the UTF-8 bytes of the
+  documents.
+So each held-out line is one document (lm-eval's usual layout); `max_length=511` gives the same windows (a window of
+512 tokens, bos included, reads 511 positions: its last token is only predicted); `add_bos_token=False` tokenizes
+without special tokens as `evaluate` does (a tokenizer that adds bos itself, as Llama-2's and Gemma's do, would
+otherwise score a second one). What is left: on a line longer than a window, lm-eval starts each window after the
+first from the token before it instead of bos, and fills its last window up with earlier tokens as context (one
+Russian line here; with windows that hold every line the two agree to rounding)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ pytestmark = pytest.mark.integration
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed: pip install -e '.[lmeval]'")
 lm_eval_tasks = pytest.importorskip("lm_eval.tasks")
 
-WINDOW = 512  # evaluate's default context_length; lm-eval's max_length
-MODEL_ARGS = f"max_length={WINDOW},add_bos_token=False"
+WINDOW = 512  # evaluate's default context_length: lm-eval's max_length is one less (the positions a window reads)
+MODEL_ARGS = f"max_length={WINDOW - 1},add_bos_token=False"
 LANGUAGES = ("ru", "en")
 
 
@@ -47,10 +47,10 @@ def adapted_dir(tmp_path_factory) -> Path:
 
 
 def write_task(directory: Path, name: str, lines: list[str]) -> None:
-    """The lm-eval task `name` in `directory`: one document, `lines` joined by newlines (the text `evaluate` scores),
-    in a JSON-lines file next to it; the datasets cache stays in `directory`."""
+    """The lm-eval task `name` in `directory`: one document per line of `lines` (as `evaluate` scores them), in a
+    JSON-lines file next to it; the datasets cache stays in `directory`."""
     data = directory / f"{name}.jsonl"
-    data.write_text(json.dumps({"text": "\n".join(lines)}, ensure_ascii=False) + "\n", encoding="utf-8")
+    data.write_text("".join(json.dumps({"text": line}, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
     task = {
         "task": name,
         "dataset_path": "json",
@@ -71,7 +71,7 @@ def test_lm_eval_bits_per_byte_agree_with_evaluate(adapted_dir, tmp_path):
     for language, texts in lines.items():
         write_task(tmp_path, f"vocabshift_{language}", texts)
     tasks = [f"vocabshift_{language}" for language in LANGUAGES]
-    # what `lm_eval --model hf --model_args pretrained=DIR,max_length=512,add_bos_token=False --include_path TASKS
+    # what `lm_eval --model hf --model_args pretrained=DIR,max_length=511,add_bos_token=False --include_path TASKS
     # --tasks vocabshift_ru,vocabshift_en --batch_size 4 --device cpu` runs
     results = lm_eval.simple_evaluate(
         model="hf", model_args=f"pretrained={adapted_dir},{MODEL_ARGS}", tasks=tasks, batch_size=4, device="cpu",

@@ -52,7 +52,7 @@ def test_evaluate_adapted_and_original(pair, ru_held, tmp_path):
     table = str(result)
     assert table.splitlines()[0].startswith("| model | tokens/word | bits/byte")
     assert f"| original | {before.tokens_per_word:.2f} | {before.bits_per_byte:.3f} |" in table and "| — |" in table
-    assert result.num_bytes == len("\n".join(texts).encode())
+    assert result.num_bytes == sum(len(text.encode()) for text in texts)  # each line alone: no newlines
     result.add_to_record(model)
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())["vocabshift"]["evaluations"]

@@ -18,7 +18,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, Unsupported
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import default_prefix, token_nll
+from .metrics import default_prefix, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "check_causal_lm", "eval_mode", "evaluate"]
 
@@ -54,7 +54,7 @@ class Evaluation:
 
     Attributes:
         scores (`tuple[ModelScores, ...]`): the adapted model, then (if given) the original model.
-        num_texts / num_bytes (`int`): held-out lines and their UTF-8 bytes (newline-joined).
+        num_texts / num_bytes (`int`): held-out lines and their UTF-8 bytes (summed: each line is scored alone).
     """
 
     scores: tuple[ModelScores, ...]
@@ -107,8 +107,10 @@ def evaluate(
 ) -> Evaluation:
     """Measure a causal LM with its tokenizer on held-out text, optionally next to the original model.
 
-    Bits per byte compare models whose tokenizers differ; the loss on new tokens vs old tokens (ids from the
-    model's ExtensionRecord) shows whether the new rows have caught up with the old ones.
+    Bits per byte compare models whose tokenizers differ: each line is scored as its own document (bos, else eos,
+    then its tokens), so that both models see the same bytes of context however finely their tokenizers cut. The loss
+    on new tokens vs old tokens (ids from the model's ExtensionRecord) shows whether the new rows have caught up with
+    the old ones.
 
     Args:
         model (`PreTrainedModel`): the adapted causal LM.
@@ -116,7 +118,8 @@ def evaluate(
         texts (`Sequence[str]`): held-out text, one line per item (not seen in training).
         original_model (`PreTrainedModel`, *optional*): the model before adaptation ...
         original_tokenizer (*optional*): ... with its own tokenizer; pass both or neither.
-        context_length (`int`, defaults to 512): tokens per scored window.
+        context_length (`int`, defaults to 512): tokens per scored window, prefix included; only a line longer
+            than that is cut into several windows.
         batch_size (`int`, defaults to 4): windows per forward pass.
 
     Returns:
@@ -146,7 +149,7 @@ def evaluate(
         pairs.append(("original", original_model,
                       _checked_tokenizer(original_model, original_tokenizer, context_length, prefix="original_")))
     scores = tuple(_score(label, m, t, texts, options) for label, m, t in pairs)
-    return Evaluation(scores, len(texts), len("\n".join(texts).encode("utf-8")))
+    return Evaluation(scores, len(texts), text_bytes(texts))
 
 
 def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
@@ -183,13 +186,12 @@ def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str],
            ) -> ModelScores:
     with eval_mode(model):
         ids, nll = token_nll(model, tokenizer, texts, **options)
-    num_bytes = len("\n".join(texts).encode("utf-8"))
     new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
         label=label,
         tokens_per_word=tokens_per_word(tokenizer, texts),
-        bits_per_byte=nll.double().sum().item() / math.log(2) / num_bytes,
+        bits_per_byte=nll.double().sum().item() / math.log(2) / text_bytes(texts),
         loss=nll.double().mean().item(),  # texts are checked to hold text: there is a token
         loss_new_tokens=None if is_new is None else _mean(nll[is_new]),
         loss_old_tokens=None if is_new is None else _mean(nll[~is_new]),

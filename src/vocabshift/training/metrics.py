@@ -1,4 +1,9 @@
-"""Held-out metrics that compare models across tokenizers: bits per byte, and the per-token losses behind it."""
+"""Held-out metrics that compare models across tokenizers: bits per byte, and the per-token losses behind it.
+
+Each held-out text is scored as its own document, from a prefix token: a model then sees the same bytes of context
+whatever its tokenizer. Windows of a fixed number of tokens over one joined stream would give a tokenizer that cuts
+text into more tokens fewer bytes of context, and so a worse score that says nothing about its model.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from huggingface_hub.utils import tqdm
 from .._typing import Model, Tokenizer
 from ..errors import InvalidArgumentError
 
-__all__ = ["bits_per_byte", "default_prefix", "token_nll"]
+__all__ = ["bits_per_byte", "default_prefix", "text_bytes", "token_nll"]
 
 
 @torch.no_grad()
@@ -27,25 +32,28 @@ def token_nll(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every token of `texts` and its negative log-likelihood (nats) under a causal LM.
 
-    The texts are joined by newlines, tokenized once and cut into windows of `context_length` tokens, each starting
-    with `prefix_token_id` (default: the tokenizer's bos, else eos), so that every text token is scored exactly once.
+    Each text is scored on its own, as one document: `prefix_token_id` (default: the tokenizer's bos, else eos), then
+    the text's tokens (without special tokens), so that two tokenizers give the model the same bytes of context. A
+    text of more tokens than fit is cut into windows of `context_length` tokens, each again starting with the prefix.
+    Every text token is scored exactly once; nothing between texts is. Windows of similar length share a batch of
+    `batch_size`, so little of it is padding.
 
     Returns:
-        `(ids, nll)`: two 1-D tensors of the same length, the token ids (int64) and their losses (float32), on the
-        CPU (the results; the model runs where it lives).
+        `(ids, nll)`: two 1-D tensors of the same length, the token ids (int64) and their losses (float32) of every
+        text in order, on the CPU (the results; the model runs where it lives).
+
+    Raises:
+        `InvalidArgumentError`: `texts` is empty, or the tokenizer has no bos or eos and no `prefix_token_id` is given.
     """
     if not texts:
         raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
-    ids = tokenizer("\n".join(texts), add_special_tokens=False)["input_ids"]
     prefix = prefix_token_id if prefix_token_id is not None else default_prefix(tokenizer)
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     step = context_length - 1
-    windows = [[prefix, *ids[i : i + step]] for i in range(0, len(ids), step)]
-    device = next(model.parameters()).device
-    losses = []
-    for start in tqdm(range(0, len(windows), batch_size), desc="Scoring held-out text", leave=False):
-        losses.extend(_window_nll(model, windows[start : start + batch_size], device))
-    nll = torch.cat(losses) if losses else torch.zeros(0, device="cpu")
-    return torch.tensor(ids, dtype=torch.long, device="cpu"), nll
+    windows = [[prefix, *text[i : i + step]] for text in encoded for i in range(0, len(text), step)]
+    losses = _batched_nll(model, windows, batch_size)
+    ids = torch.tensor([token for text in encoded for token in text], dtype=torch.long, device="cpu")
+    return ids, torch.cat(losses) if losses else torch.zeros(0, device="cpu")
 
 
 def bits_per_byte(
@@ -59,15 +67,27 @@ def bits_per_byte(
 ) -> float:
     """Bits per UTF-8 byte of `texts` under a causal LM: comparable across tokenizers.
 
-    Windows as in `token_nll`: every text token is scored exactly once.
+    Each text is scored as its own document, as in `token_nll`, so that every tokenizer gives the model the same
+    bytes of context.
 
     Returns:
-        total negative log-likelihood in bits / total bytes of the joined text.
+        total negative log-likelihood in bits / total UTF-8 bytes of the texts (`text_bytes`).
+
+    Raises:
+        `InvalidArgumentError`: as `token_nll`, and texts without a byte.
     """
     _, nll = token_nll(
         model, tokenizer, texts, context_length=context_length, batch_size=batch_size, prefix_token_id=prefix_token_id
     )
-    return nll.double().sum().item() / math.log(2) / len("\n".join(texts).encode("utf-8"))
+    num_bytes = text_bytes(texts)
+    if num_bytes == 0:
+        raise InvalidArgumentError("texts holds only empty strings: pass held-out lines with text.")
+    return nll.double().sum().item() / math.log(2) / num_bytes
+
+
+def text_bytes(texts: Sequence[str]) -> int:
+    """UTF-8 bytes of `texts`, what bits per byte divide by: no separator between texts, as none is scored."""
+    return sum(len(text.encode("utf-8")) for text in texts)
 
 
 def default_prefix(tokenizer: Tokenizer) -> int:
@@ -84,12 +104,26 @@ def default_prefix(tokenizer: Tokenizer) -> int:
     return prefix
 
 
+def _batched_nll(model: Model, windows: list[list[int]], batch_size: int) -> list[torch.Tensor]:
+    """`_window_nll` of every window, in order; windows of similar length share a batch, so little is padding."""
+    # longest first: a batch too large for the device fails at once, not at the end
+    order = sorted(range(len(windows)), key=lambda index: -len(windows[index]))
+    losses = [torch.zeros(0)] * len(windows)
+    device = next(model.parameters()).device
+    for start in tqdm(range(0, len(order), batch_size), desc="Scoring held-out text", leave=False):
+        rows = order[start : start + batch_size]
+        for row, nll in zip(rows, _window_nll(model, [windows[row] for row in rows], device)):
+            losses[row] = nll
+    return losses
+
+
 def _window_nll(model: Model, windows: list[list[int]], device: torch.device) -> list[torch.Tensor]:
     """For each window, the NLL (nats) of every token after the first."""
     width = max(map(len, windows))
     input_ids = torch.tensor([w + [0] * (width - len(w)) for w in windows], dtype=torch.long, device=device)
     mask = torch.tensor([[1] * len(w) + [0] * (width - len(w)) for w in windows], dtype=torch.long, device=device)
-    logits = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1].float()
+    # the last token is only a target: the model reads one position fewer
+    logits = model(input_ids=input_ids[:, :-1], attention_mask=mask[:, :-1]).logits.float()
     targets = input_ids[:, 1:]
     # flattened: cross_entropy over (batch, classes, length) reads the transposed logits, several times slower
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets).float().cpu()
