@@ -22,11 +22,13 @@ sequence, every chunk counted), `default without hidden`, `default + source`, `c
 `cross-entropy, 4k tokenizer`; `default + source, English kept` (a vocabulary where no new token changes how English
 is cut) and `default, English kept for the target, no replay`.
 
-Held-out bits per byte (200 lines of the language, never trained on) at each checkpoint, seconds per training step
-(scoring excluded), English held-out bits per byte after training, and, from `--seeds`, the same arms again with
-other seeds to `--seed-steps` steps (cross-entropy to `--baseline-steps` too, so that each seed has an equal
-wall time comparison). Parity: the first checkpoint where an arm of the adapted model passes the
-untrained original, and where it passes the control at the same step, with the bytes of text each had read.
+Held-out bits per byte (200 lines of the language, never trained on, scored as passages of consecutive lines up to
+800 bytes: every tokenizer sees the same bytes of context) at each checkpoint, seconds per training step (the batch's
+collation included, scoring excluded), English held-out bits per byte after training (scored alike), and, from
+`--seeds`, the same arms again with other seeds to `--seed-steps` steps (cross-entropy to `--baseline-steps` too,
+so that each seed has an equal wall time comparison). Parity: the first checkpoint where an arm of the adapted model
+passes the untrained original, and where it passes the control at the same step, with the bytes of text each had
+read.
 
     python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--baseline-steps 600]
                                          [--arms control cross-entropy default] [--seeds 1] [--seed-steps 100]
@@ -63,7 +65,7 @@ from vocabshift.corpus import shipped_english
 from vocabshift.training import DistillationWeights, bits_per_byte, pack_texts
 from vocabshift.training.evaluation import eval_mode
 from vocabshift.training.plots import plot_curves
-from vocabshift_testing.corpora import held_out_split, read_corpus, target_tokenizer
+from vocabshift_testing.corpora import held_out_split, passages, read_corpus, target_tokenizer
 
 RESULTS = Path(__file__).parent / "results"
 LENGTH, BATCH, RATE = 128, 4, 1e-3
@@ -144,12 +146,8 @@ def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
     """One arm from its own copy of the original model: its curve, seconds per step, English, bytes read (and with
     `keep_model` the trained model and its tokenizer)."""
     kind, weights = ARMS[arm]
-    model = copy.deepcopy(setting["base"])
-    tokenizer = setting["source"]
-    if kind != "original":
-        kept = KEPT[kind](setting) if kind in KEPT else {}
-        tokenizer = model.extend_vocabulary(_new_tokenizer(setting, kind), method="subword",
-                                            source_tokenizer=setting["source"], **kept)
+    extended, tokenizer = _extended(setting, kind)
+    model = copy.deepcopy(extended)
     if kind not in setting["start"]:  # extending is deterministic: every arm of a kind starts from one score
         with eval_mode(model):
             setting["start"][kind] = bits_per_byte(model, tokenizer, setting["held_out"])
@@ -179,6 +177,19 @@ def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
             **({"model": model, "tokenizer": tokenizer} if keep_model else {})}
 
 
+def _extended(setting, kind):
+    """The model of `kind` before training and its tokenizer: extended on first use, then kept (extending is
+    deterministic, so every arm of a kind starts from a copy of the same model)."""
+    cache = setting.setdefault("extended", {"original": (setting["base"], setting["source"])})
+    if kind not in cache:
+        model = copy.deepcopy(setting["base"])
+        kept = KEPT[kind](setting) if kind in KEPT else {}
+        tokenizer = model.extend_vocabulary(_new_tokenizer(setting, kind), method="subword",
+                                            source_tokenizer=setting["source"], **kept)
+        cache[kind] = (model, tokenizer)
+    return cache[kind]
+
+
 def _new_tokenizer(setting, kind):
     """The language's 16k tokenizer, or its 4k one for the `adapted, 4k` arms (trained on first use, then cached)."""
     if kind != "adapted, 4k":
@@ -190,12 +201,23 @@ def _new_tokenizer(setting, kind):
 
 def training_texts(lines, tokenizer, count, seed) -> list[str]:
     """`count` texts of up to LENGTH tokens: the lines shuffled by `seed`, then packed in that order."""
-    lines = list(lines)
-    random.Random(seed).shuffle(lines)
-    texts = pack_texts(lines, tokenizer, max_length=LENGTH)[:count]
+    texts = _packed(tuple(lines), tokenizer, seed)[:count]
     if len(texts) < count:
         raise SystemExit(f"The corpus packs into {len(texts)} texts, fewer than the {count} wanted: pass fewer steps.")
     return texts
+
+
+_PACKED: dict = {}
+
+
+def _packed(lines, tokenizer, seed) -> list[str]:
+    """Every line, shuffled by `seed` and packed: once per lines, tokenizer and seed (arms of a kind share them)."""
+    key = (hash(lines), id(tokenizer), seed)
+    if key not in _PACKED:
+        shuffled = list(lines)
+        random.Random(seed).shuffle(shuffled)
+        _PACKED[key] = pack_texts(shuffled, tokenizer, max_length=LENGTH)
+    return _PACKED[key]
 
 
 def _bytes(texts, tokenizer) -> float:
@@ -210,9 +232,11 @@ def _bytes(texts, tokenizer) -> float:
 
 def setting_for(language) -> dict:
     """The language's training and held-out lines, English held-out lines, SmolLM2 and the new tokenizer."""
-    train, held_out = held_out_split(read_corpus(language), HELD_OUT)
+    train, held_out_lines = held_out_split(read_corpus(language), HELD_OUT)
     shipped = set(shipped_english())  # extend_vocabulary checks English segmentation on these: not scored here
-    english_train, english = held_out_split([line for line in read_corpus("en") if line not in shipped], HELD_OUT)
+    english_train, english_lines = held_out_split([line for line in read_corpus("en") if line not in shipped],
+                                                  HELD_OUT)
+    held_out, english = passages(held_out_lines), passages(english_lines)  # the same bytes of context either way
     base, source = load_smollm2()
     new = target_tokenizer(source, language, vocab_size=16000, held_out=HELD_OUT)
     with eval_mode(base):
@@ -319,7 +343,8 @@ def _cost_table(results, original) -> list[str]:
         added = f"{run['new_tokens']:,}" if "new_tokens" in run else "-"  # runs kept from before: not recorded
         lines.append(f"| {arm} | {added} | {run['seconds_per_step']:.2f} | {ratio} | {run['bytes_per_step'] / 1e3:.2f} "
                      f"| {run['english']:.4f} | {run['english'] / original['english']:.4f} |")
-    return lines + ["", f"The original model's English: {original['english']:.4f} bits per byte (200 held-out lines)."]
+    return lines + ["", f"The original model's English: {original['english']:.4f} bits per byte (200 held-out lines, "
+                        "in passages of up to 800 bytes)."]
 
 
 def _seed_table(results, seed_steps) -> list[str]:

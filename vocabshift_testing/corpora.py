@@ -23,6 +23,7 @@ from typing import Any
 __all__ = [
     "cache_dir",
     "held_out_split",
+    "passages",
     "read_corpus",
     "read_sample",
     "repository_dir",
@@ -86,6 +87,23 @@ def held_out_split(lines: tuple[str, ...] | list[str], count: int, *, seed: int 
     chosen = set(random.Random(seed).sample(range(len(lines)), count))
     held = [lines[i] for i in sorted(chosen)]
     return [line for i, line in enumerate(lines) if i not in chosen], held
+
+
+def passages(lines: list[str], *, max_bytes: int = 800) -> list[str]:
+    """Consecutive `lines` joined by newlines into passages of at most `max_bytes` UTF-8 bytes (a longer line is a
+    passage of its own): held-out documents long enough that each line has lines of the language before it as
+    context, short enough that SmolLM2's own tokenizer fits one in a 512-token window on every corpus here (so both
+    tokenizers compared see the same bytes of context)."""
+    out: list[list[str]] = []
+    size = max_bytes + 1
+    for line in lines:
+        length = len(line.encode("utf-8")) + 1
+        if size + length > max_bytes + 1:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += length
+    return ["\n".join(group) for group in out]
 
 
 def _converted(name: str, script: str) -> Path:
