@@ -17,6 +17,7 @@ from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.record import add_cpt_entry
 from vocabshift.training import pack_texts
 from vocabshift.training.distill.collator import DistillationCollator
+from vocabshift.training.distill.losses import next_token_loss
 from vocabshift.training.distill.objective import distillation_loss, teacher_targets
 from vocabshift.training.distill.pieces import first_pieces, piece_tree
 from vocabshift.training.distill.schedule import TeacherSchedule
@@ -406,3 +407,17 @@ def test_teacher_dtype_is_checked(tokenizers_en):
     for dtype in (torch.int8, "bfloat16"):
         with pytest.raises(InvalidArgumentError, match="teacher dtype"):
             Teacher(model, old_rows=10, frozen_old_rows=True, dtype=dtype)
+
+
+def test_next_token_loss_is_the_mean_over_sequences_of_their_token_means():
+    """Each sequence's cross-entropy of its next tokens (padding, labels -100, left out), averaged over sequences: a
+    short sequence counts as much as a long one, and a sequence with nothing to predict not at all."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 7, generator=generator, requires_grad=True)
+    labels = torch.tensor([[1, 2, 3, 4, 5], [6, 0, -100, -100, -100], [3, -100, -100, -100, -100]])
+    expected = torch.stack([torch.nn.functional.cross_entropy(logits[0, :4], labels[0, 1:]),
+                            torch.nn.functional.cross_entropy(logits[1, :1], labels[1, 1:2])]).mean()
+    loss = next_token_loss(logits, labels)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    loss.backward()
+    assert logits.grad is not None and not logits.grad[2].any() and not logits.grad[:, -1].any()
