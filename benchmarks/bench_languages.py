@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import random
 import shlex
@@ -207,17 +208,12 @@ def training_texts(lines, tokenizer, count, seed) -> list[str]:
     return texts
 
 
-_PACKED: dict = {}
-
-
-def _packed(lines, tokenizer, seed) -> list[str]:
+@functools.cache
+def _packed(lines: tuple[str, ...], tokenizer, seed) -> list[str]:
     """Every line, shuffled by `seed` and packed: once per lines, tokenizer and seed (arms of a kind share them)."""
-    key = (hash(lines), id(tokenizer), seed)
-    if key not in _PACKED:
-        shuffled = list(lines)
-        random.Random(seed).shuffle(shuffled)
-        _PACKED[key] = pack_texts(shuffled, tokenizer, max_length=LENGTH)
-    return _PACKED[key]
+    shuffled = list(lines)
+    random.Random(seed).shuffle(shuffled)
+    return pack_texts(shuffled, tokenizer, max_length=LENGTH)
 
 
 def _bytes(texts, tokenizer) -> float:

@@ -95,14 +95,14 @@ def passages(lines: list[str], *, max_bytes: int = 800) -> list[str]:
     context, short enough that SmolLM2's own tokenizer fits one in a 512-token window on every corpus here (so both
     tokenizers compared see the same bytes of context)."""
     out: list[list[str]] = []
-    size = max_bytes + 1
+    size = 0  # bytes of the last passage
     for line in lines:
-        length = len(line.encode("utf-8")) + 1
-        if size + length > max_bytes + 1:
+        length = len(line.encode("utf-8"))
+        if not out or size + 1 + length > max_bytes:  # 1: the newline before the line
             out.append([])
-            size = 0
+            size = -1
         out[-1].append(line)
-        size += length
+        size += 1 + length
     return ["\n".join(group) for group in out]
 
 
