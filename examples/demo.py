@@ -124,14 +124,14 @@ def main() -> None:
     evaluation.add_to_record(model)
     print(evaluation)
 
-    with atomic_folder(args.output) as folder:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel=f"{args.objective} loss",
+    with atomic_folder(args.output) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        plot_curves({"training loss": curve}, staging / "cpt_loss.png", ylabel=f"{args.objective} loss",
                     title="Embedding-only CPT of the new rows")
-        card = vocabshift.model_card(folder, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
+        card = vocabshift.model_card(staging, repo_id="loopback-user/smollm2-ru", language="ru", license="apache-2.0",
                                      base_model=None if args.model else "HuggingFaceTB/SmolLM2-135M-Instruct")
-        card.save(folder / "README.md")
+        card.save(staging / "README.md")
     with warnings.catch_warnings():  # the card's metadata must load cleanly
         warnings.simplefilter("error")
         metadata = ModelCard.load(Path(args.output) / "README.md").data
@@ -160,7 +160,7 @@ def main() -> None:
               speed[0][1] / speed[0][0], speed[1][1] / speed[1][0])]
     print(f"\nRussian bits per byte right after extend_vocabulary (step 0): {step0:.3f}; after {args.steps} steps: "
           f"{evaluation.scores[0].bits_per_byte:.3f}")
-    print(f"\n| {folder.name} | original | + Russian vocabulary, embedding-only CPT | ratio |")
+    print(f"\n| {Path(args.output).name} | original | + Russian vocabulary, embedding-only CPT | ratio |")
     print("|---|---|---|---|")
     for name, before, after in rows:
         print(f"| {name} | {before:.3f} | {after:.3f} | {after / before:.2f}x |")

@@ -262,6 +262,7 @@ def test_demo_runs_on_a_tiny_model(tiny_models, tmp_path):
     printed = done.stdout
     assert "reloaded from the loopback Hub with identical logits" in printed
     assert "Russian bits per byte (held out)" in printed
+    assert "\n| demo-out | original |" in printed  # the table names the saved folder, not its staging folder
     assert {"config.json", "tokenizer.json", "README.md", "cpt_loss.png"} <= {p.name for p in output.iterdir()}
     assert len([line for line in printed.splitlines() if line.startswith("{'loss'")]) == 2  # steps 10 and 20
     unexpected = [line for line in done.stderr.splitlines()
