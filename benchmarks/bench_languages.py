@@ -158,14 +158,8 @@ def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
     rows = "all" if kind in ("original", "adapted, all rows") else "new"
     callbacks = [vocabshift.EmbeddingOnlyCallback(rows=rows), checkpoints, logged]
     with tempfile.TemporaryDirectory() as work:
-        args = _arguments(work, max(steps), seed)
-        if weights is None:
-            trainer = InOrderTrainer(model=model, args=args, train_dataset=texts,
-                                     data_collator=CausalCollator(tokenizer), callbacks=callbacks)
-        else:
-            trainer = InOrderDistillationTrainer(model=model, args=args, train_dataset=texts,
-                                                 processing_class=tokenizer, teacher_tokenizer=setting["source"],
-                                                 weights=weights, callbacks=callbacks)
+        trainer = make_trainer(setting, model, tokenizer, weights, _arguments(work, max(steps), seed), texts,
+                               callbacks)
         trainer.train()
     with eval_mode(model):
         english = bits_per_byte(model, tokenizer, setting["english"])
@@ -176,6 +170,16 @@ def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
             "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
             "teacher": logged.entries, "teacher_dtype": dtype, "new_tokens": len(tokenizer) - len(setting["source"]),
             **({"model": model, "tokenizer": tokenizer} if keep_model else {})}
+
+
+def make_trainer(setting, model, tokenizer, weights, args, texts, callbacks):
+    """A plain Trainer with cross-entropy (`weights` None) or a DistillationTrainer with `weights`, reading `texts` in
+    order."""
+    if weights is None:
+        return InOrderTrainer(model=model, args=args, train_dataset=texts, data_collator=CausalCollator(tokenizer),
+                              callbacks=callbacks)
+    return InOrderDistillationTrainer(model=model, args=args, train_dataset=texts, processing_class=tokenizer,
+                                      teacher_tokenizer=setting["source"], weights=weights, callbacks=callbacks)
 
 
 def _extended(setting, kind):

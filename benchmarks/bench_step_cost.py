@@ -30,16 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
-from bench_languages import (
-    BATCH,
-    CausalCollator,
-    InOrderDistillationTrainer,
-    InOrderTrainer,
-    _arguments,
-    _extended,
-    setting_for,
-    training_texts,
-)
+from bench_languages import BATCH, _arguments, _extended, make_trainer, setting_for, training_texts
 from transformers import TrainerCallback
 
 import vocabshift
@@ -76,16 +67,9 @@ def time_arm(setting, arm, texts, steps) -> list[float]:
     model, clock = copy.deepcopy(extended), StepClock()
     callbacks = [vocabshift.EmbeddingOnlyCallback(rows="new"), clock]
     with tempfile.TemporaryDirectory() as work:
-        args = _arguments(work, steps, 0)
-        if weights is None:
-            trainer = InOrderTrainer(model=model, args=args, train_dataset=texts,
-                                     data_collator=CausalCollator(tokenizer), callbacks=callbacks)
-        else:
-            trainer = InOrderDistillationTrainer(model=model, args=args, train_dataset=texts,
-                                                 processing_class=tokenizer, teacher_tokenizer=setting["source"],
-                                                 weights=weights, callbacks=callbacks)
-            if caught_up:
-                trainer.schedule.text_lead = CAUGHT_UP
+        trainer = make_trainer(setting, model, tokenizer, weights, _arguments(work, steps, 0), texts, callbacks)
+        if caught_up:
+            trainer.schedule.text_lead = CAUGHT_UP
         trainer.train()
     return clock.seconds
 
