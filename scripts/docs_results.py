@@ -35,9 +35,7 @@ DIRECTIVE = re.compile(r"^<!-- (results|headline|methods|cli)(?: ([^#\s]+)(?:#(.
 HEADING = re.compile(r"^(#+) (.*)$", re.MULTILINE)
 
 # The headline's languages, each with the results files that hold its figures: the first file that has a figure
-# gives it. The _context runs score held-out passages (the same bytes of context for every tokenizer); Russian's are
-# still the earlier runs (512-token windows over the joined lines; another script, so the recipe's vocabulary is its
-# full one: its runs are the _100 ones, and its fair control is in the first run's file).
+# gives it. The _context runs score held-out passages (the same bytes of context for every tokenizer).
 HEADLINE = {
     "Russian": ("languages_ru_context.md",),
     "German": ("languages_de_context.md",),
