@@ -32,11 +32,13 @@ read.
 
     python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--baseline-steps 600]
                                          [--arms control cross-entropy default] [--seeds 1] [--seed-steps 100]
-                                         [--seed-arms cross-entropy default] [--suffix _recipe]
+                                         [--seed-arms cross-entropy default] [--lockstep] [--suffix _recipe]
 
 Cross-entropy also trains to `--baseline-steps`, so that the other arms meet it at equal wall time: each checkpoint's
 own elapsed training seconds against cross-entropy's, interpolated between its checkpoints (runs kept from before the
-elapsed seconds were recorded use their mean seconds per step). Writes
+elapsed seconds were recorded use their mean seconds per step). With `--lockstep` each seed's arms train in turns,
+one step each, in threads of one process (turns.py): runs of one arm minutes apart differ by several percent in
+seconds per step on a shared machine, and runs in turns meet the same drift. Writes
 benchmarks/results/languages_<language><suffix>.md / .json / .png and languages<suffix>.md (files without a suffix:
 the runs of the recipe before, whose `default` and `cross-entropy` were on the full vocabulary); runs of an earlier
 command for the language that this one does not repeat (arm and seed) are kept, so a long benchmark can run in parts.
@@ -47,6 +49,7 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import itertools
 import json
 import random
 import shlex
@@ -59,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's v
 import torch
 from bench_distill import Checkpoints, at_seconds, timed_curve
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from turns import TakingTurns, Turns, train_in_turns
 
 import vocabshift
 from smollm2_ru import HELD_OUT, load_smollm2, machine_load
@@ -146,29 +150,45 @@ class Logged(TrainerCallback):
 def train_arm(setting, arm, steps, seed, keep_model=False) -> dict:
     """One arm from its own copy of the original model: its curve, seconds per step, English, bytes read (and with
     `keep_model` the trained model and its tokenizer)."""
+    run = prepare_arm(setting, arm, steps, seed)
+    run["trainer"].train()
+    return finish_arm(setting, run, keep_model)
+
+
+def prepare_arm(setting, arm, steps, seed, turns=None) -> dict:
+    """An arm's trainer on its own copy of the model, ready to train (with `turns`, one that takes turns with the
+    other runs of that `Turns`), and what `finish_arm` needs."""
     kind, weights = ARMS[arm]
     extended, tokenizer = _extended(setting, kind)
     model = copy.deepcopy(extended)
     if kind not in setting["start"]:  # extending is deterministic: every arm of a kind starts from one score
         with eval_mode(model):
             setting["start"][kind] = bits_per_byte(model, tokenizer, setting["held_out"])
-    start = setting["start"][kind]
     texts = [{"text": text} for text in training_texts(setting["train"], tokenizer, BATCH * max(steps), seed)]
-    checkpoints, logged = Checkpoints(model, tokenizer, setting["held_out"], steps), Logged()
+    scoring = (model, tokenizer, setting["held_out"], steps)
+    checkpoints = Checkpoints(*scoring) if turns is None else TakingTurns(turns, arm, *scoring)
+    logged, work = Logged(), tempfile.TemporaryDirectory()
     rows = "all" if kind in ("original", "adapted, all rows") else "new"
-    callbacks = [vocabshift.EmbeddingOnlyCallback(rows=rows), checkpoints, logged]
-    with tempfile.TemporaryDirectory() as work:
-        trainer = make_trainer(setting, model, tokenizer, weights, _arguments(work, max(steps), seed), texts,
-                               callbacks)
-        trainer.train()
+    trainer = make_trainer(setting, model, tokenizer, weights, _arguments(work.name, max(steps), seed), texts,
+                           [vocabshift.EmbeddingOnlyCallback(rows=rows), checkpoints, logged])
+    return {"kind": kind, "model": model, "tokenizer": tokenizer, "texts": texts, "steps": steps,
+            "checkpoints": checkpoints, "logged": logged, "trainer": trainer, "work": work}
+
+
+def finish_arm(setting, run, keep_model=False) -> dict:
+    """A trained arm's figures (its English scored now: after every run that takes turns with it has finished)."""
+    run["work"].cleanup()
+    model, tokenizer, checkpoints, texts = run["model"], run["tokenizer"], run["checkpoints"], run["texts"]
     with eval_mode(model):
         english = bits_per_byte(model, tokenizer, setting["english"])
-    teacher = getattr(trainer, "teacher", None)  # None: cross-entropy, no teacher
+    teacher = getattr(run["trainer"], "teacher", None)  # None: cross-entropy, no teacher
     dtype = None if teacher is None else str(teacher.dtype or torch.float32).removeprefix("torch.")
-    return {"curve": [(0, start), *checkpoints.curve], "seconds_per_step": checkpoints.train_seconds / max(steps),
-            "elapsed": [(0, 0.0), *checkpoints.elapsed], "english": english,
-            "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
-            "teacher": logged.entries, "teacher_dtype": dtype, "new_tokens": len(tokenizer) - len(setting["source"]),
+    steps = max(run["steps"])
+    return {"curve": [(0, setting["start"][run["kind"]]), *checkpoints.curve],
+            "seconds_per_step": checkpoints.train_seconds / steps, "elapsed": [(0, 0.0), *checkpoints.elapsed],
+            "english": english, "bytes_per_step": _bytes(texts, tokenizer) / len(texts) * BATCH,
+            "teacher": run["logged"].entries, "teacher_dtype": dtype,
+            "new_tokens": len(tokenizer) - len(setting["source"]),
             **({"model": model, "tokenizer": tokenizer} if keep_model else {})}
 
 
@@ -256,6 +276,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[1], help="further seeds, run to --seed-steps")
     parser.add_argument("--seed-arms", nargs="*", default=["cross-entropy", "default"], choices=list(ARMS))
     parser.add_argument("--seed-steps", type=int, default=100)
+    parser.add_argument("--lockstep", action="store_true",
+                        help="train each seed's arms in turns, one step each (turns.py), so that their clocks compare")
     parser.add_argument("--suffix", default="_recipe",
                         help="appended to the results' file names, to keep another run's")
     options = parser.parse_args()
@@ -271,11 +293,27 @@ def main() -> None:
                 for arm in options.arms]
         runs += [(arm, seed, sorted({options.seed_steps, *(options.baseline_steps if arm == "cross-entropy" else [])}))
                  for seed in options.seeds for arm in options.seed_arms]
-        for arm, seed, steps in runs:
-            print(f"  {arm}, seed {seed}", flush=True)
-            results.setdefault(arm, {})[str(seed)] = train_arm(setting, arm, steps, seed)
-            write_language(options, language, setting, results, load, commands)
+        for seed, group in itertools.groupby(runs, key=lambda run: run[1]):
+            for arm, figures in _train_runs(setting, seed, list(group), options.lockstep):
+                results.setdefault(arm, {})[str(seed)] = figures
+                write_language(options, language, setting, results, load, commands)
     write_summary(options)
+
+
+def _train_runs(setting, seed, runs, lockstep):
+    """Each `(arm, seed, steps)` run of one seed, one after the other, or with `lockstep` all in turns (`Turns`):
+    yields each arm and its figures."""
+    if not lockstep:
+        for arm, _, steps in runs:
+            print(f"  {arm}, seed {seed}", flush=True)
+            yield arm, train_arm(setting, arm, steps, seed)
+        return
+    print(f"  {', '.join(arm for arm, _, _ in runs)} in turns, seed {seed}", flush=True)
+    turns = Turns([arm for arm, _, _ in runs])
+    prepared = {arm: prepare_arm(setting, arm, steps, seed, turns) for arm, _, steps in runs}
+    train_in_turns({arm: run["trainer"] for arm, run in prepared.items()})
+    for arm, run in prepared.items():
+        yield arm, finish_arm(setting, run)
 
 
 def _earlier(options, language) -> tuple[dict[str, dict[str, dict]], list[str]]:
@@ -292,7 +330,7 @@ def _command(options, language) -> str:
     return (f"python benchmarks/bench_languages.py --languages {language} --steps {names(options.steps)}"
             f" --baseline-steps {names(options.baseline_steps)} --arms {names(options.arms)} --seeds"
             f" {names(options.seeds)} --seed-steps {options.seed_steps} --seed-arms {names(options.seed_arms)}"
-            + (f" --suffix {options.suffix}" if options.suffix else ""))
+            + (" --lockstep" if options.lockstep else "") + (f" --suffix {options.suffix}" if options.suffix else ""))
 
 
 def parity(result, reference) -> str:
