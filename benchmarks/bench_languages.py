@@ -311,7 +311,7 @@ def _train_runs(setting, seed, runs, lockstep):
     print(f"  {', '.join(arm for arm, _, _ in runs)} in turns, seed {seed}", flush=True)
     turns = Turns([arm for arm, _, _ in runs])
     prepared = {arm: prepare_arm(setting, arm, steps, seed, turns) for arm, _, steps in runs}
-    train_in_turns({arm: run["trainer"] for arm, run in prepared.items()})
+    train_in_turns(turns, {arm: run["trainer"] for arm, run in prepared.items()})
     for arm, run in prepared.items():
         yield arm, finish_arm(setting, run)
 

@@ -67,12 +67,12 @@ class TakingTurns(Checkpoints):
         self._start = time.perf_counter()
 
 
-def train_in_turns(trainers) -> None:
-    """Train each of the `{name: trainer}` (built with `TakingTurns` of one `Turns` over the same names) in its own
+def train_in_turns(turns, trainers) -> None:
+    """Train each of the `{name: trainer}` (built with `TakingTurns` of `turns`, over the same names) in its own
     thread until all are done; the first error, if any, is raised after all have stopped."""
     errors = []
 
-    def train(name, trainer, turns):
+    def train(name, trainer):
         try:
             trainer.train()
         except BaseException as error:  # re-raised below, once the other runs have stopped too
@@ -81,10 +81,7 @@ def train_in_turns(trainers) -> None:
         finally:
             turns.finish(name)
 
-    threads = []
-    for name, trainer in trainers.items():
-        turns = next(c.turns for c in trainer.callback_handler.callbacks if isinstance(c, TakingTurns))
-        threads.append(threading.Thread(target=train, args=(name, trainer, turns)))
+    threads = [threading.Thread(target=train, args=(name, trainer)) for name, trainer in trainers.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
