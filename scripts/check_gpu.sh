@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# On a machine with a GPU (cuda, or mps on Apple silicon): the device-marked tests, then a short SmolLM2 extend +
-# embedding-only train on that device (scripts/gpu_smoke.py). Offline: SmolLM2 and the corpora must be cached
-# (scripts/get_smollm2.sh). PYTHON picks the interpreter (default .venv/bin/python).
+# The GPU check, offline, in minutes, with nothing but a CUDA PyTorch image (torch, transformers, accelerate) and this
+# checkout (vocabshift installed from it with `pip install --no-deps -e .`, or read from src/): the device-marked tests
+# (where pytest is installed), then scripts/gpu_check.py on one GPU and under accelerate FSDP2 (one process, started by
+# torchrun). `--dry-run` runs the same on the CPU with tiny model bodies (CI runs that). PYTHON picks the interpreter
+# (default: the checkout's .venv if there is one, else python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-.venv/bin/python}"
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-device=$("$PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'mps' if torch.backends.mps.is_available() else '')")
-if [ -z "$device" ]; then
-    echo "check_gpu.sh: neither cuda nor mps is available here; run it on a machine with a GPU." >&2
-    exit 1
+if [ -x .venv/bin/python ]; then PY="${PYTHON:-.venv/bin/python}"; else PY="${PYTHON:-python3}"; fi
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+dry=()
+case "${1:-}" in
+    --dry-run) dry=(--dry-run) ;;
+    "") ;;
+    *) echo "check_gpu.sh: unknown argument '$1'; run it without arguments on a GPU machine, or with --dry-run." >&2
+       exit 2 ;;
+esac
+if [ ${#dry[@]} -eq 0 ]; then
+    if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+        echo "check_gpu.sh: torch sees no cuda device here; run it on a GPU machine, or with --dry-run." >&2
+        exit 1
+    fi
+    "$PY" -c "import torch; print(f'torch {torch.__version__}, {torch.cuda.get_device_name()}')"
+    if "$PY" -c "import pytest" 2>/dev/null; then
+        "$PY" -m pytest -q -p no:cacheprovider -m device tests/
+    else
+        echo "pytest is not installed: the device-marked tests were not run."
+    fi
 fi
-"$PY" -m pytest -q -m device tests/
-"$PY" scripts/gpu_smoke.py --device "$device"
+"$PY" scripts/gpu_check.py "${dry[@]}"
+"$PY" -m torch.distributed.run --standalone --nproc_per_node 1 scripts/gpu_check.py --fsdp "${dry[@]}"

@@ -2,39 +2,54 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import vocabshift
 from test_training_callback import blocks, extended
+from test_training_fsdp import assert_same_reduction
+from vocabshift.training import freeze_for_embedding_training
 
 SCRIPT = Path(__file__).parent / "scripts" / "ddp_cpt.py"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def test_ddp_keeps_old_rows_and_body_bit_identical(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
-    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
-    model.save_pretrained(tmp_path / "in")
-    torch.save(blocks(tokenizer, ru_lines), tmp_path / "in" / "blocks.pt")
+def launch(folder: Path) -> list[str]:
+    """The script under `accelerate launch`, 2 CPU processes (DDP over gloo), on folder/in, writing folder/out."""
     accelerate = Path(sys.executable).with_name("accelerate")
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path / "in"),
-               str(tmp_path / "out")]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    return [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(folder / "in"), str(folder / "out")]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tokenizers_en, tokenizers_ru, ru_lines, tmp_path_factory):
+    """One launch of the script for this module's tests: the model before training, its blocks, the folder."""
+    folder = tmp_path_factory.mktemp("ddp")
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    model.save_pretrained(folder / "in")
+    torch.save(data := blocks(tokenizer, ru_lines), folder / "in" / "blocks.pt")
+    done = subprocess.run(launch(folder), env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    ranks = [json.loads((tmp_path / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return model, data, folder
+
+
+def test_ddp_keeps_old_rows_and_body_bit_identical(ddp_run):
+    model, _, folder = ddp_run
+    ranks = [json.loads((folder / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2] and ranks[0]["ddp"] == "DistributedDataParallel"
     assert ranks[0]["sums"] == ranks[1]["sums"]  # both replicas took the same steps
     new_rows = [len(vocabshift.get_record(model).new_ids), model.config.hidden_size]
     assert ranks[0]["moments"] == [new_rows] * 4  # AdamW's two moments for the input rows and the head rows only
     before = dict(model.named_parameters())
-    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "model")
+    trained = AutoModelForCausalLM.from_pretrained(folder / "out" / "model")
     record = vocabshift.get_record(trained)
     new_ids = torch.tensor(record.new_ids)
     old = torch.ones(trained.config.vocab_size, dtype=torch.bool)
@@ -46,3 +61,24 @@ def test_ddp_keeps_old_rows_and_body_bit_identical(tokenizers_en, tokenizers_ru,
             assert torch.equal(parameter, before[name]), name
     assert record.cpt[-1]["world_size"] == 2 and record.cpt[-1]["total_batch_size"] == 8
     assert record.cpt[-1]["tokens_seen"] == 5 * 8 * 32
+
+
+def one_sgd_step(model, batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One process, the whole global batch: the trainable rows' gradients, and the parameters after an SGD step."""
+    with freeze_for_embedding_training(model, rows="new") as trainable:
+        ids = torch.stack([b["input_ids"] for b in batch])
+        model(input_ids=ids, labels=ids).loss.backward()
+        gradients = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        torch.optim.SGD(trainable.parameters, lr=1.0).step()
+    return gradients, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_ddp_gradients_are_the_mean_over_the_global_batch(ddp_run):
+    """Checked against one process at float tolerance, where AdamW's normalization would hide a factor."""
+    model, data, folder = ddp_run
+    gradients, after = one_sgd_step(copy.deepcopy(model), data[:8])
+    for rank in (0, 1):
+        ran = torch.load(folder / "out" / f"sgd{rank}.pt")
+        assert sorted(ran["gradients"]) == sorted(gradients) and len(gradients) == 2  # input rows, head rows
+        assert_same_reduction([ran["gradients"][n] for n in gradients], list(gradients.values()), "gradients")
+        assert_same_reduction([ran["after_sgd"][n] for n in after], list(after.values()), "after one SGD step")

@@ -19,20 +19,33 @@ from test_training_freeze import old_mask
 from vocabshift.training import freeze_for_embedding_training
 
 SCRIPT = Path(__file__).parent / "scripts" / "fsdp_cpt.py"
-STEPS, BATCH = 3, 4  # as in the script
+STEPS, BATCH = 3, 4  # as in the script: one SGD step, then STEPS AdamW steps
 
 
-def one_process(model, batches) -> dict[str, torch.Tensor]:
-    """The same run on one process: each step takes the whole global batch."""
+def one_process(model, batches) -> tuple[dict[str, list[torch.Tensor]], dict[str, torch.Tensor]]:
+    """The same run on one process, each step on the whole global batch: the first step's gradients and SGD step,
+    and the state dict after the AdamW steps."""
     model.train()
     with freeze_for_embedding_training(model, rows="new") as trainable:
         optimizer = torch.optim.AdamW(trainable.parameters, lr=1e-2, weight_decay=0.1)
-        for step in range(STEPS):
+        for step in range(STEPS + 1):
             ids = torch.stack([b["input_ids"] for b in batches[step * BATCH:(step + 1) * BATCH]])
             model(input_ids=ids, labels=ids).loss.backward()
-            optimizer.step()
+            if step == 0:  # as the script: one SGD step (lr 1), its gradients and parameters kept
+                first = {"gradients": [p.grad.clone() for p in trainable.parameters]}
+                torch.optim.SGD(trainable.parameters, lr=1.0).step()
+                first["after_sgd"] = [p.detach().clone() for p in trainable.parameters]
+            else:
+                optimizer.step()
             optimizer.zero_grad()
-    return model.state_dict()
+    return first, model.state_dict()
+
+
+def assert_same_reduction(actual: list[torch.Tensor], expected: list[torch.Tensor], what: str) -> None:
+    """Equal up to the order of float sums: a gradient summed instead of averaged over the 2 processes is 2x."""
+    assert [a.shape for a in actual] == [e.shape for e in expected], what
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5 * e.abs().max().item(), msg=what)
 
 
 def test_fsdp2_trains_the_new_rows_as_one_process_does(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
@@ -40,7 +53,8 @@ def test_fsdp2_trains_the_new_rows_as_one_process_does(tokenizers_en, tokenizers
     for architecture in ("llama-untied", "qwen2-tied"):
         model, tokenizer = extended(architecture, tokenizers_en, tokenizers_ru)
         model.save_pretrained(tmp_path / architecture)
-        torch.save(batches := blocks(tokenizer, ru_lines, count=STEPS * BATCH), tmp_path / architecture / "blocks.pt")
+        torch.save(batches := blocks(tokenizer, ru_lines, count=(STEPS + 1) * BATCH),
+                   tmp_path / architecture / "blocks.pt")
         models[architecture] = (model, batches)
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(tmp_path),
@@ -52,7 +66,10 @@ def test_fsdp2_trains_the_new_rows_as_one_process_does(tokenizers_en, tokenizers
         report = torch.load(tmp_path / f"{architecture}.pt")
         assert report["world_size"] == 2 and report["sharded"] and report["body_sharded"]
         before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        expected = one_process(model, batches)
+        first, expected = one_process(model, batches)
+        assert any(g.abs().max() > 0 for g in first["gradients"])
+        assert_same_reduction(report["gradients"], first["gradients"], f"{architecture}: gradients")
+        assert_same_reduction(report["after_sgd"], first["after_sgd"], f"{architecture}: after one SGD step")
         sharded, folded = report["before_fold"], report["after_fold"]
         assert list(folded) == list(sharded) == list(expected)  # plain keys: no trainable_rows
         old = old_mask(model)

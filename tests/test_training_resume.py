@@ -17,7 +17,7 @@ from test_training_callback import arguments, blocks, extended
 from vocabshift.errors import TrainingSetupError
 from vocabshift.training import pack_texts
 from vocabshift.training.cpt._resume import MARKER
-from vocabshift.training.distill.trainer import DistillationTrainer
+from vocabshift.training.distill.trainer import PROGRESS, DistillationTrainer
 
 
 def _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, callbacks):
@@ -81,6 +81,31 @@ def test_distillation_refuses_a_checkpoint_saved_without_the_callback(tokenizers
                                   callbacks=[vocabshift.EmbeddingOnlyCallback()])
     with pytest.raises(TrainingSetupError, match=r"saved without EmbeddingOnlyCallback.*new run"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
+def test_a_resumed_distillation_ends_where_the_uninterrupted_one_does(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                       tmp_path):
+    """Which sequences the teacher and the source replay read depends on the run so far (the teacher's schedule,
+    the replay's place): each checkpoint keeps both, so the resumed run takes the same steps."""
+
+    def run(output, resume=None):
+        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+        texts = [{"text": t} for t in pack_texts(ru_lines[:200], tokenizer, max_length=32)]
+        DistillationTrainer(model=model, args=arguments(output, max_steps=6, save_strategy="steps", save_steps=3),
+                            train_dataset=texts, processing_class=tokenizer,
+                            teacher_tokenizer=tokenizers_en["sentencepiece"], max_length=32,
+                            source_texts=read_lines("ru", 50, skip=2000),  # cut differently: the replay reads
+                            callbacks=[vocabshift.EmbeddingOnlyCallback()],
+                            ).train(resume_from_checkpoint=resume)
+        return model.state_dict()
+
+    whole = run(tmp_path / "whole")
+    saved = json.loads((tmp_path / "whole" / "checkpoint-3" / PROGRESS).read_text())
+    assert saved["schedule"]["credit"] > 0 and saved["source"] == {"next": 1, "calls": 3}
+    resumed = run(tmp_path / "resumed", str(tmp_path / "whole" / "checkpoint-3"))
+    assert list(resumed) == list(whole)
+    for name, value in whole.items():
+        assert torch.equal(resumed[name], value), name
 
 
 def test_a_plain_trainer_loads_the_optimizer_state_before_any_callback_runs(tokenizers_en, tokenizers_ru, ru_lines,

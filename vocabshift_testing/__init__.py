@@ -4,7 +4,7 @@ tokenizers of big model families in `vocabshift_testing.real_tokenizers` and the
 `vocabshift_testing.deepfocus`.
 
 It sits at the checkout's top level, beside `src/`: pytest puts the checkout on `sys.path` (`pythonpath` in
-setup.cfg), and the scripts that use it (examples/demo.py, benchmarks/, scripts/gpu_smoke.py) do so themselves.
+setup.cfg), and the scripts that use it (examples/demo.py, benchmarks/, scripts/gpu_check.py) do so themselves.
 """
 
 from .hub import LoopbackHub

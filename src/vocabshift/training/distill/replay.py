@@ -57,6 +57,13 @@ class SourceReplay:
         self._calls += 1
         return (self._calls - 1) % READ_EVERY == 0
 
+    def state_dict(self) -> dict[str, int]:
+        """Where the replay stands, so that a resumed run reads on as the uninterrupted one does."""
+        return {"next": self._next, "calls": self._calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._next, self._calls = int(state["next"]), int(state["calls"])
+
     def cut_differently(self, teacher_tokenizer: Any) -> bool:
         """Whether the original tokenizer cuts the source text otherwise: new tokens in the source's script (or a
         replaced vocabulary). Where they are of another script, the text is cut as before and the new rows, built

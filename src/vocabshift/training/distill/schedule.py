@@ -66,6 +66,14 @@ class TeacherSchedule:
         before, self.credit = self.credit, self.credit + self.share * batch_size
         return _passed(self.credit) - _passed(before)
 
+    def state_dict(self) -> dict[str, float | None]:
+        """What a checkpoint keeps, so that a resumed run schedules the teacher as the uninterrupted one does."""
+        return {"credit": self.credit, "lead": self.lead, "best_lead": self.best_lead, "text_lead": self.text_lead}
+
+    def load_state_dict(self, state: dict[str, float | None]) -> None:
+        self.credit = float(state["credit"] or 0.0)
+        self.lead, self.best_lead, self.text_lead = state["lead"], state["best_lead"], state["text_lead"]
+
     def update(self, lead: float | None, text_lead: float | None = None) -> None:
         """Take the leads the teacher had on the sequences it just read (`distillation_loss`'s `teacher_lead` and
         `teacher_text_lead`; `None` where not measured)."""

@@ -7,9 +7,11 @@ original model on the old tokenization of the same text) over aligned chunks. Us
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -19,7 +21,9 @@ from ..._typing import Model, TokenizerLike, TrainingArguments
 from ...embeddings import find_embeddings
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
 from ...record import get_record
+from ...save import atomic_write_text
 from ...vocab.load import fingerprint, load_tokenizer
+from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
 from .collator import DistillationCollator
 from .objective import distillation_loss, teacher_targets
@@ -30,6 +34,8 @@ from .teacher import Teacher
 from .weights import DistillationWeights
 
 __all__ = ["DistillationTrainer"]
+
+PROGRESS = "vocabshift_distillation.json"  # in each checkpoint: the teacher's schedule and the source replay
 
 
 def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> bool:
@@ -174,17 +180,32 @@ class DistillationTrainer(Trainer):
                 "source_read": self.source is not None}
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """Check the checkpoint's trainable rows before its optimizer state is loaded (`TrainingSetupError`)."""
+        """Check the checkpoint's trainable rows before its optimizer state is loaded (`TrainingSetupError`), then
+        restore where the teacher's schedule and the source replay stood (`PROGRESS`)."""
         callback = self._embedding_callback()
-        if checkpoint is None or callback is None:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        callback.check_checkpoint(checkpoint)
+        if checkpoint is not None and callback is not None:
+            callback.check_checkpoint(checkpoint)
         try:
             super()._load_optimizer_and_scheduler(checkpoint)
         except ValueError as error:  # torch: the saved groups hold other parameters
-            if "parameter group" not in str(error):
+            if checkpoint is None or callback is None or "parameter group" not in str(error):
                 raise
             raise callback.plain_checkpoint_error(checkpoint) from error
+        if checkpoint is not None and Path(checkpoint, PROGRESS).is_file():  # absent: saved by an older vocabshift
+            state = json.loads(Path(checkpoint, PROGRESS).read_text(encoding="utf-8"))
+            self.schedule.load_state_dict(state["schedule"])
+            if self.source is not None and state["source"] is not None:
+                self.source.load_state_dict(state["source"])
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The Trainer's checkpoint, and where the teacher's schedule and the source replay stand (`PROGRESS`), so
+        that a resumed run trains as the uninterrupted one does."""
+        super()._save_checkpoint(model, trial)
+        folder = checkpoint_folder(self.args, self.state)
+        if self.is_world_process_zero() and folder.is_dir():
+            progress = {"schedule": self.schedule.state_dict(),
+                        "source": None if self.source is None else self.source.state_dict()}
+            atomic_write_text(folder / PROGRESS, json.dumps(progress, indent=2))
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself
