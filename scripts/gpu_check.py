@@ -162,9 +162,19 @@ def train(kind: str, model, tokenizer, source, data: dict, setting: dict, folder
     trainer.remove_callback(PrinterCallback)  # the report is the tables
     trainer.train(resume_from_checkpoint=None if resume is None else str(folder / f"checkpoint-{resume}"))
     if resume is None and kind != "full fine-tuning":
-        trainer.save_model(str(folder / "final"))
+        save_whole(trainer, folder / "final")
     return {"tokens_per_second": clock.tokens_per_second(setting), "peak_gib": clock.peak_gib,
             "sharded": _sharded(trainer), "as": type(trainer.model_wrapped).__name__}
+
+
+def save_whole(trainer, folder: Path) -> None:
+    """The trained model saved whole, as users save the final one (under FSDP2 the checkpoints stay sharded)."""
+    plugin = trainer.accelerator.state.fsdp_plugin if trainer.is_fsdp_enabled else None
+    if plugin is not None:
+        plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(folder))
+    if plugin is not None:
+        plugin.set_state_dict_type("SHARDED_STATE_DICT")
 
 
 def _arguments(folder: Path, setting: dict, steps: int) -> TrainingArguments:
