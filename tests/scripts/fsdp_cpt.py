@@ -57,8 +57,8 @@ def train(folder: Path, rank: int, world: int) -> dict:
         optimizer.step()
         optimizer.zero_grad()
     report |= {"sharded": all(isinstance(p, DTensor) for p in trainable.parameters),
-              "body_sharded": isinstance(model.model.layers[0].mlp.up_proj.weight, DTensor),
-              "norms_split": row_norms(model, trainable.ids), "before_fold": full_state(model)}
+               "body_sharded": isinstance(model.model.layers[0].mlp.up_proj.weight, DTensor),
+               "norms_split": row_norms(model, trainable.ids), "before_fold": full_state(model)}
     trainable.fold()
     report |= {"norms_folded": row_norms(model, None), "after_fold": full_state(model)}
     return report
