@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, offline, in minutes, with nothing but a CUDA PyTorch image (torch, transformers, accelerate) and this
+# The GPU check, offline, in minutes, with only a CUDA PyTorch image (torch, transformers, accelerate, peft) and this
 # checkout (vocabshift installed from it with `pip install --no-deps -e .`, or read from src/): the device-marked tests
 # (where pytest is installed), then scripts/gpu_check.py on one GPU and under accelerate FSDP2 (one process, started by
 # torchrun). `--dry-run` runs the same on the CPU with tiny model bodies (CI runs that). PYTHON picks the interpreter

@@ -2,10 +2,11 @@
 
 Models are built from config with random weights at real body shapes (Llama-3.2-1B's with an untied head, as the 8B
 models have; Qwen3-0.6B's, tied) in bfloat16 on the GPU, and the tokenizers are trained on the repository's data/
-sample, so it needs only torch, transformers, accelerate and the checkout. The old vocabulary is the one trained on
-that sample (about 21k tokens, padded to a multiple of 64), not the real models' 128k-152k: padding a tokenizer to
-their size with reserved tokens gives the right matrix, but its 100k added tokens make extending take minutes. For
-each model it extends the vocabulary on the GPU (tens of thousands of new rows, `subword`), then through the Trainer:
+sample, so it needs only torch, transformers, accelerate, peft and the checkout. The old vocabulary is the one
+trained on that sample (about 21k tokens, padded to a multiple of 64), not the real models' 128k-152k: padding a
+tokenizer to their size with reserved tokens gives the right matrix, but its 100k added tokens make extending take
+minutes. For each model it extends the vocabulary on the GPU (tens of thousands of new rows, `subword`), then
+through the Trainer:
 
 - trains 20 steps with `EmbeddingOnlyCallback` (cross-entropy) and with `DistillationTrainer` (teacher in bfloat16);
   the old rows and the body must stay bit-identical;
