@@ -11,7 +11,7 @@ through the Trainer:
 - trains 20 steps with `EmbeddingOnlyCallback` (cross-entropy) and with `DistillationTrainer` (teacher in bfloat16);
   the old rows and the body must stay bit-identical;
 - checks that the saved model is plain (it loads with transformers alone, in another process, with the same rows)
-  and that a run resumed from the step-10 checkpoint ends where the uninterrupted one does;
+  and that a run resumed from the step-12 checkpoint ends where the uninterrupted one does;
 - times steps: embedding-only against full fine-tuning, distillation against cross-entropy (tokens per second and
   peak memory).
 
@@ -54,7 +54,7 @@ import vocabshift
 from vocabshift.training import pack_texts
 from vocabshift_testing.corpora import read_sample
 
-STEPS, SAVE_AT, FULL_STEPS = 20, 10, 6
+STEPS, SAVE_AT, FULL_STEPS = 20, 12, 6  # SAVE_AT divides no later step: one checkpoint a run, not two
 SHAPES = {
     "Llama-3.2-1B shape, untied": (LlamaConfig, dict(
         hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
