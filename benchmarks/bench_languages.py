@@ -20,7 +20,8 @@ On request (`--arms`), earlier recipes on the full vocabulary (no `target_texts`
 vocabulary`, `default, full vocabulary, no replay` (the default before: `source=0`), `teacher everywhere` (every
 sequence, every chunk counted), `default without hidden`, `default + source`, `cross-entropy, all rows`,
 `cross-entropy, 4k tokenizer`; `default + source, English kept` (a vocabulary where no new token changes how English
-is cut) and `default, English kept for the target, no replay`.
+is cut) and `default, English kept for the target, no replay`; `cross-entropy + replay` (the recipe's vocabulary,
+cross-entropy and the source replay, no teacher).
 
 Held-out bits per byte (200 lines of the language, never trained on, scored as passages of consecutive lines up to
 800 bytes: every tokenizer sees the same bytes of context) at each checkpoint, seconds per training step (the batch's
@@ -126,6 +127,8 @@ ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Tra
     "default + source": ("adapted", DistillationWeights(source=1.0)),
     "default + source, English kept": ("English kept", DistillationWeights(source=1.0)),
     "default, English kept for the target, no replay": ("English kept for the target", DistillationWeights(source=0.0)),
+    "cross-entropy + replay": ("English kept for the target",
+                               DistillationWeights(hidden=0, next_piece=0, piece_tree=0)),
 }
 KEPT = {  # the extend_vocabulary options of each vocabulary that keeps English's cuts
     "English kept": lambda setting: {"keep_source_segmentation": True, "source_texts": setting["english_train"]},

@@ -55,7 +55,7 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
         help="distillation: the teacher's precision (autocast): auto (bfloat16 for a float32 model where the device "
              "computes it natively), model (the model's own), bfloat16 or float16"),
     arg("--source-weight", type=NON_NEGATIVE_RATE, default=DistillationWeights().source,
-        help="distillation: weight of the source-language text read at the output head (one sequence every fourth "
+        help="distillation: weight of the source-language text read at the output head (one sequence every eighth "
              "step), so that new tokens in the source's script keep off it; read only where they cut it differently "
              "(default: 1; 0: off)"),
     arg("--source-texts", help="distillation: lines of the model's main language for --source-weight (.txt or "

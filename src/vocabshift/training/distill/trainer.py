@@ -28,7 +28,7 @@ from ..cpt.callback import EmbeddingOnlyCallback
 from .collator import DistillationCollator
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
-from .replay import READ_EVERY, SourceReplay, source_loss
+from .replay import SourceReplay, source_loss
 from .schedule import TeacherSchedule
 from .teacher import Teacher
 from .weights import DistillationWeights
@@ -219,7 +219,7 @@ class DistillationTrainer(Trainer):
         if self.source is not None and self.source.due():
             with self.teacher.precision(loss.device):  # its body only infers, as the teacher's
                 source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
-            loss, parts["source"] = loss + self.weights.source * READ_EVERY * source, source.item()
+            loss, parts["source"] = loss + self.weights.source * self.source.every * source, source.item()
         self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)

@@ -35,8 +35,8 @@ class DistillationWeights:
         adaptive_share (`bool`): the teacher reads fewer sequences, and its objectives weigh less, as the student
             closes the teacher's lead on the next piece, and almost none once the student models the whole text
             better than the teacher (`TeacherSchedule`).
-        source (`float`): the student's next-token loss on one sequence of source-language text every fourth loss
-            (weighted 4 times), read at the output head only (`replay.py`): keeps new tokens from taking the
+        source (`float`): the student's next-token loss on one sequence of source-language text every eighth loss
+            (weighted 8 times), read at the output head only (`replay.py`): keeps new tokens from taking the
             source language's probability. Used by `DistillationTrainer`, which reads the source text only where
             the new tokens cut it differently.
 
