@@ -3,9 +3,10 @@
 `TeacherSchedule` keeps the teacher reading a share of the sequences until its running lead on the whole text
 (`teacher_text_lead`: how far its loss is below the student's, as a share of the student's, on the one sequence it
 read) turns negative. This trains bench_languages.py's `default` arm (SmolLM2, extend mode, `subword`, the recipe's
-vocabulary, 4 x 128 tokens per step) for `--steps` steps per seed and lists each step where the teacher read: the
-lead it measured there, the running mean the schedule decides on, and the share after it. No baseline: it counts
-readings (what each costs against a cross-entropy step is bench_step_cost.py's table).
+vocabulary, 4 x 128 tokens per step) for `--steps` steps per seed and records each step where the teacher read: the
+lead it measured there, the running mean the schedule decides on, and the share after it (the JSON); the table gives
+the steps, where the running mean first turned negative and the spread of the leads. No baseline: it counts readings
+(what each costs against a cross-entropy step is bench_step_cost.py's table).
 
     python benchmarks/bench_teacher_phase.py [--languages vi de] [--seeds 0 1] [--steps 30]
 
@@ -29,7 +30,7 @@ def readings(setting, seed, steps) -> list[dict]:
     """Each teacher reading of a `default` run: step, measured text lead, the running mean after it, the share."""
     run = prepare_arm(setting, "default", [steps], seed)
     trainer, found = run["trainer"], []
-    schedule, update = run["trainer"].schedule, run["trainer"].schedule.update
+    schedule, update = trainer.schedule, trainer.schedule.update
 
     def recorded(lead, text_lead=None):
         update(lead, text_lead)
