@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,8 +78,11 @@ def main() -> int:
     failures: list[str] = []
     print(f"## {'FSDP2 through the Trainer' if options.fsdp else 'One device'}: {setting['device']}"
           f"{' (dry run, tiny bodies)' if options.dry_run else ''}\n")
-    for name in SHAPES:
-        failures += check_model(name, setting, source, new)
+    saved: list[tuple[str, Path, torch.Tensor, float]] = []
+    with tempfile.TemporaryDirectory() as work:
+        for index, name in enumerate(SHAPES):
+            failures += check_model(name, setting, source, new, Path(work, str(index)), saved)
+        failures += plain_saves(saved)
     for failure in failures:
         print("FAILED:", failure, file=sys.stderr)
     return 1 if failures else 0
@@ -117,7 +121,9 @@ def build(name: str, setting: dict, source) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(config, dtype=setting["dtype"]).train()
 
 
-def check_model(name: str, setting: dict, source, new) -> list[str]:
+def check_model(name: str, setting: dict, source, new, work: Path, saved: list) -> list[str]:
+    """The checks of one model shape; each saved final model goes into `saved` (`plain_saves` loads them all in
+    one process at the end)."""
     model = build(name, setting, source)
     start = time.perf_counter()
     tokenizer = model.extend_vocabulary(new, method="subword", source_tokenizer=source)
@@ -129,17 +135,18 @@ def check_model(name: str, setting: dict, source, new) -> list[str]:
                        pack_texts(read_sample("ru"), tokenizer, max_length=setting["length"], blocks=True)],
             "texts": [{"text": t} for t in pack_texts(read_sample("ru"), tokenizer, max_length=setting["length"])]}
     runs, failures = {}, []
-    with tempfile.TemporaryDirectory() as work:
-        for kind in ("cross-entropy", "distillation"):
-            trained = copy.deepcopy(model)
-            runs[kind] = train(kind, trained, tokenizer, source, data, setting, Path(work, kind))
-            failures += [f"{name}, {kind}: {f}" for f in unchanged(trained, model, new_ids)]
-            failures += [f"{name}, {kind}: {f}" for f in plain_save(trained, Path(work, kind, "final"), new_ids)]
-            resumed = copy.deepcopy(model)
-            train(kind, resumed, tokenizer, source, data, setting, Path(work, kind), resume=SAVE_AT)
-            failures += [f"{name}, {kind}: {f}" for f in same_rows(resumed, trained, new_ids, setting)]
-        runs["full fine-tuning"] = train("full fine-tuning", copy.deepcopy(model), tokenizer, source, data, setting,
-                                         Path(work, "full"))
+    for kind in ("cross-entropy", "distillation"):
+        trained = copy.deepcopy(model)
+        runs[kind] = train(kind, trained, tokenizer, source, data, setting, work / kind)
+        failures += [f"{name}, {kind}: {f}" for f in unchanged(trained, model, new_ids)]
+        expected = float(_full(trained.get_input_embeddings().weight)[new_ids[:256]].double().sum())
+        saved.append((f"{name}, {kind}", work / kind / "final", new_ids[:256], expected))
+        resumed = copy.deepcopy(model)
+        train(kind, resumed, tokenizer, source, data, setting, work / kind, resume=SAVE_AT)
+        failures += [f"{name}, {kind}: {f}" for f in same_rows(resumed, trained, new_ids, setting)]
+        shutil.rmtree(work / kind / f"checkpoint-{SAVE_AT}")  # only the final model is read again
+    runs["full fine-tuning"] = train("full fine-tuning", copy.deepcopy(model), tokenizer, source, data, setting,
+                                     work / "full")
     print(_table(runs, setting))
     if setting["fsdp"] and not setting["dry_run"]:
         failures += [f"{name}, {kind}: accelerate did not shard the model" for kind, run in runs.items()
@@ -231,19 +238,22 @@ def unchanged(trained, original, new_ids: torch.Tensor) -> list[str]:
     return failures
 
 
-def plain_save(trained, folder: Path, new_ids: torch.Tensor) -> list[str]:
-    """The saved model loads with transformers alone (another process, vocabshift never imported) and has the
-    trained model's new rows."""
-    code = ("import sys, torch, transformers; m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]); "
-            "assert 'vocabshift' not in sys.modules; ids = torch.tensor([int(i) for i in sys.argv[2].split(',')]); "
-            "print(float(m.get_input_embeddings().weight[ids].double().sum()))")
-    done = subprocess.run([sys.executable, "-c", code, str(folder), ",".join(map(str, new_ids[:256].tolist()))],
-                          capture_output=True, text=True)
+def plain_saves(saved: list[tuple[str, Path, torch.Tensor, float]]) -> list[str]:
+    """Each saved model loads with transformers alone (one other process for all, vocabshift never imported) and has
+    the trained model's new rows: `saved` holds (label, folder, new ids, the sum of those input rows)."""
+    code = ("import sys, torch, transformers\n"
+            "for folder, ids in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+            "    m = transformers.AutoModelForCausalLM.from_pretrained(folder)\n"
+            "    ids = torch.tensor([int(i) for i in ids.split(',')])\n"
+            "    print(float(m.get_input_embeddings().weight[ids].double().sum()), flush=True)\n"
+            "assert 'vocabshift' not in sys.modules\n")
+    arguments = [word for _, folder, ids, _ in saved for word in (str(folder), ",".join(map(str, ids.tolist())))]
+    done = subprocess.run([sys.executable, "-c", code, *arguments], capture_output=True, text=True)
     if done.returncode != 0:
-        return [f"the saved model does not load without vocabshift: {done.stderr.strip()[-300:]}"]
-    expected = float(_full(trained.get_input_embeddings().weight)[new_ids[:256]].double().sum())
-    return [] if abs(float(done.stdout) - expected) <= 1e-6 * max(1.0, abs(expected)) else [
-        f"the saved model's new rows differ from the trained model's ({done.stdout.strip()} vs {expected})"]
+        return [f"the saved models do not load without vocabshift: {done.stderr.strip()[-300:]}"]
+    return [f"{label}: the saved model's new rows differ from the trained model's ({found} vs {expected})"
+            for (label, _, _, expected), found in zip(saved, map(float, done.stdout.split()), strict=True)
+            if abs(found - expected) > 1e-6 * max(1.0, abs(expected))]
 
 
 def same_rows(resumed, uninterrupted, new_ids: torch.Tensor, setting: dict) -> list[str]:
