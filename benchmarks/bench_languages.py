@@ -21,7 +21,8 @@ vocabulary`, `default, full vocabulary, no replay` (the default before: `source=
 sequence, every chunk counted), `default without hidden`, `default + source`, `cross-entropy, all rows`,
 `cross-entropy, 4k tokenizer`; `default + source, English kept` (a vocabulary where no new token changes how English
 is cut) and `default, English kept for the target, no replay`; `cross-entropy + replay` (the recipe's vocabulary,
-cross-entropy and the source replay, no teacher).
+cross-entropy and the source replay, no teacher); `next-token only` (`DistillationTrainer` with
+`DistillationWeights.next_token_only()`: its own path, no teacher, no replay).
 
 Held-out bits per byte (200 lines of the language, never trained on, scored as passages of consecutive lines up to
 800 bytes: every tokenizer sees the same bytes of context) at each checkpoint, seconds per training step (the batch's
@@ -129,6 +130,8 @@ ARMS = {  # name: (model, weights of DistillationTrainer or None for a plain Tra
     "default, English kept for the target, no replay": ("English kept for the target", DistillationWeights(source=0.0)),
     "cross-entropy + replay": ("English kept for the target",
                                DistillationWeights(hidden=0, next_piece=0, piece_tree=0)),
+    # DistillationTrainer's own path without teacher or replay: against cross-entropy, what the trainer adds alone
+    "next-token only": ("English kept for the target", DistillationWeights.next_token_only()),
 }
 KEPT = {  # the extend_vocabulary options of each vocabulary that keeps English's cuts
     "English kept": lambda setting: {"keep_source_segmentation": True, "source_texts": setting["english_train"]},
