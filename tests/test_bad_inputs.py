@@ -16,7 +16,16 @@ from transformers import Trainer, TrainingArguments
 import vocabshift
 from conftest import ROOT, make_model, make_tokenizer
 from vocabshift import errors
-from vocabshift.training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, SecondStage
+from vocabshift.training import (
+    DistillationCollator,
+    DistillationTrainer,
+    DistillationWeights,
+    EmbeddingOnlyCallback,
+    SecondStage,
+    TeacherSchedule,
+    bits_per_byte,
+    pack_texts,
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +78,14 @@ def _distill(**kwargs):
         options.update(_resolved(w, kwargs))
         trainer = DistillationTrainer(**options)
         return trainer.train() if kwargs.get("train_dataset") is not None else trainer
+    return call
+
+
+def _bits(**kwargs):
+    """bits_per_byte of the extended model on Russian lines, with `kwargs` overriding its arguments."""
+    def call(w):
+        options = {"texts": w.ru[:4], **kwargs}
+        return bits_per_byte(w.extended, w.extended_tokenizer, options.pop("texts"), **options)
     return call
 
 
@@ -279,6 +296,36 @@ API = {
                                 "garbage.vec"),
     "train_word_vectors corpus=[]": (lambda w: vocabshift.train_word_vectors([], dim=8), E.CorpusError,
                                      "holds no text"),
+    "tokens_per_word texts=[None]": (lambda w: vocabshift.tokens_per_word(w.source, ["a", None]), E.CorpusError,
+                                     "texts holds a NoneType"),
+    # the held-out metrics and the packing helper of vocabshift.training
+    "bits_per_byte texts=str": (_bits(texts="a line"), E.InvalidArgumentTypeError, "texts is a str"),
+    "bits_per_byte texts=[None]": (_bits(texts=["a", None]), E.InvalidArgumentTypeError, "texts[1] is a NoneType"),
+    "bits_per_byte batch_size=0": (_bits(batch_size=0), E.InvalidArgumentError, "batch_size=0"),
+    "bits_per_byte context_length=1": (_bits(context_length=1), E.InvalidArgumentError, "context_length=1"),
+    "bits_per_byte context_length=-5": (_bits(context_length=-5), E.InvalidArgumentError, "context_length=-5"),
+    "bits_per_byte prefix beyond the rows": (_bits(prefix_token_id=10**9), E.InvalidArgumentError,
+                                             "prefix_token_id=1000000000 is invalid"),
+    "bits_per_byte prefix=-1": (_bits(prefix_token_id=-1), E.InvalidArgumentError, "prefix_token_id=-1"),
+    "pack_texts texts=str": (lambda w: pack_texts("a b", w.source, max_length=16), E.CorpusError, "texts is a str"),
+    "pack_texts texts=[None]": (lambda w: pack_texts([None], w.source, max_length=16), E.CorpusError,
+                                "texts holds a NoneType"),
+    "pack_texts max_length=1": (lambda w: pack_texts(w.ru[:4], w.source, max_length=1), E.InvalidArgumentError,
+                                "max_length=1"),
+    "pack_texts tokenizer=None": (lambda w: pack_texts(w.ru[:4], None, max_length=16), E.InvalidTokenizerError,
+                                  "tokenizer is a NoneType"),
+    "collator tokenizer=None": (lambda w: DistillationCollator(None, w.source), E.InvalidTokenizerError,
+                                "tokenizer is a NoneType"),
+    "collator teacher_tokenizer=None": (lambda w: DistillationCollator(w.extended_tokenizer, None),
+                                        E.InvalidTokenizerError, "teacher_tokenizer is a NoneType"),
+    "collator called on a str": (lambda w: DistillationCollator(w.extended_tokenizer, w.source)("a line"),
+                                 E.InvalidArgumentError, "DistillationCollator got a str"),
+    "TeacherSchedule(None)": (lambda w: TeacherSchedule(None), E.InvalidArgumentTypeError,
+                              "weights is a NoneType"),
+    "merge target_texts=str": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, target_texts="a line"),
+                               E.CorpusError, "target_texts is a str"),
+    "merge source_texts=[None]": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, source_texts=[None]),
+                                  E.CorpusError, "source_texts holds a NoneType"),
 }
 
 

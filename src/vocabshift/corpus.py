@@ -57,9 +57,9 @@ def text_lines(texts: Any, *, name: str = "texts") -> list[str]:
     if not isinstance(texts, Iterable):
         raise CorpusError(f"{name} is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
     lines = list(texts)
-    bad = next((line for line in lines if not isinstance(line, str)), None)
-    if bad is not None:
-        raise CorpusError(f"{name} holds a {type(bad).__name__} ({bad!r:.60}): pass strings only.")
+    bad = next((index for index, line in enumerate(lines) if not isinstance(line, str)), None)
+    if bad is not None:  # an index: the item itself may be None
+        raise CorpusError(f"{name} holds a {type(lines[bad]).__name__} ({lines[bad]!r:.60}): pass strings only.")
     if not any(line.strip() for line in lines):
         raise CorpusError(f"{name} holds no text ({len(lines)} items, all empty): pass lines of text.")
     return lines

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, Tokenizer
-from ..errors import InvalidArgumentError
+from ..arguments import check_count
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["bits_per_byte", "default_prefix", "text_bytes", "token_nll"]
 
@@ -43,11 +44,14 @@ def token_nll(
         text in order, on the CPU (the results; the model runs where it lives).
 
     Raises:
-        `InvalidArgumentError`: `texts` is empty, or the tokenizer has no bos or eos and no `prefix_token_id` is given.
+        `InvalidArgumentError`: `texts` is empty, `context_length` below 2, `batch_size` below 1, `prefix_token_id`
+            not a row of the model, or the tokenizer has no bos or eos and no `prefix_token_id` is given.
+        `InvalidArgumentTypeError`: `texts` is not a list of strings, or a count is not an int.
     """
-    if not texts:
-        raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
-    prefix = prefix_token_id if prefix_token_id is not None else default_prefix(tokenizer)
+    _check_texts(texts)
+    check_count(context_length, name="context_length", minimum=2)
+    check_count(batch_size, name="batch_size")
+    prefix = default_prefix(tokenizer) if prefix_token_id is None else _check_prefix(prefix_token_id, model)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     step = context_length - 1
     windows = [[prefix, *text[i : i + step]] for text in encoded for i in range(0, len(text), step)]
@@ -102,6 +106,28 @@ def default_prefix(tokenizer: Tokenizer) -> int:
                                    "set its bos_token or eos_token (token_nll and bits_per_byte also take "
                                    "prefix_token_id).")
     return prefix
+
+
+def _check_texts(texts: Sequence[str]) -> None:
+    """A non-empty list of strings (empty ones score nothing): a single string would be scored as its characters."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise InvalidArgumentTypeError(f"texts is a {type(texts).__name__}: pass a list of strings, one held-out line "
+                                       "or document each.")
+    if not texts:
+        raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
+    bad = next((index for index, text in enumerate(texts) if not isinstance(text, str)), None)
+    if bad is not None:
+        raise InvalidArgumentTypeError(f"texts[{bad}] is a {type(texts[bad]).__name__}: pass a list of strings.")
+
+
+def _check_prefix(prefix_token_id: int, model: Model) -> int:
+    """An id of one of the model's input embedding rows."""
+    rows = model.get_input_embeddings().num_embeddings
+    check_count(prefix_token_id, name="prefix_token_id", minimum=0)
+    if prefix_token_id >= rows:
+        raise InvalidArgumentError(f"prefix_token_id={prefix_token_id} is invalid: the model has {rows} embedding "
+                                   f"rows; pass an id below {rows} (the tokenizer's bos or eos, by default).")
+    return prefix_token_id
 
 
 def _batched_nll(model: Model, windows: list[list[int]], batch_size: int) -> list[torch.Tensor]:

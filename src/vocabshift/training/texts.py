@@ -14,7 +14,10 @@ from typing import Literal, overload
 import torch
 
 from .._typing import Tokenizer
+from ..arguments import check_count
+from ..corpus import text_lines
 from ..errors import InvalidArgumentError
+from ..vocab.load import load_tokenizer
 
 __all__ = ["pack_texts"]
 
@@ -47,7 +50,11 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
         Trainer moves its batches).
 
     Raises:
-        `InvalidArgumentError`: `blocks=True` and the texts give less than one block.
+        `InvalidArgumentError`: `blocks=True` and the texts give less than one block; `max_length` below 2.
+        `InvalidArgumentTypeError`: `max_length` is not an int.
+        `CorpusError`: `texts` is a string or path (it would be read as its characters), holds a non-string, or has
+            no text at all.
+        `InvalidTokenizerError`: `tokenizer` is not a fast tokenizer.
 
     Example:
         ```python
@@ -55,7 +62,9 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
         >>> ids = pack_texts(lines, tokenizer, max_length=128, blocks=True)  # Trainer: input_ids = labels = a row
         ```
     """
-    texts = list(texts)
+    texts = text_lines(texts)
+    tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
+    check_count(max_length, name="max_length", minimum=2)
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return _blocks(encoded, tokenizer.eos_token_id, max_length) if blocks else _joined(texts, encoded, max_length)
 

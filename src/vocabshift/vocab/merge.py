@@ -28,6 +28,7 @@ from transformers import AutoTokenizer
 
 from .._typing import Tokenizer as FastTokenizer
 from .._typing import TokenizerLike
+from ..corpus import text_lines
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
 from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, drop_unreachable, next_id, splice_bpe
 from ._splits import add_every_split, has_every_split
@@ -101,8 +102,11 @@ def merge_tokenizers(
     Raises:
         `IncompatibleTokenizerError`: if the two tokenizer models are of different kinds.
         `InvalidArgumentError`: `keep_source_segmentation` without `source_texts`.
+        `CorpusError`: `target_texts` or `source_texts` is a string, holds a non-string or no text at all.
     """
     source, new = load_tokenizer(source, argument="source"), load_tokenizer(new, argument="new")
+    target_texts = None if target_texts is None else text_lines(target_texts, name="target_texts")
+    source_texts = None if source_texts is None else text_lines(source_texts, name="source_texts")
     if keep_source_segmentation and not source_texts:
         raise InvalidArgumentError(
             "keep_source_segmentation=True needs source_texts: pass source-language lines whose segmentation must "

@@ -17,6 +17,7 @@ import torch
 from ..._typing import Tokenizer
 from ...arguments import check_count
 from ...errors import InvalidArgumentError
+from ...vocab.load import load_tokenizer
 from ._chunks import align_chunks
 
 __all__ = ["DistillationCollator", "prefix_id"]
@@ -59,6 +60,10 @@ class DistillationCollator:
     `attention_mask`, `labels` (-100 at padding), `teacher_input_ids`, `teacher_attention_mask`, `chunk_ends` /
     `teacher_chunk_ends` (`(batch, chunks)`: last token of each chunk), `chunk_mask`, and `chunk_ids` /
     `teacher_chunk_ids` (chunk of every token; -1 at padding).
+
+    Raises:
+        `InvalidTokenizerError`: either tokenizer is not a fast tokenizer. `InvalidArgumentError`: a length below 2,
+            a tokenizer with neither bos nor eos, or (when called) a batch that is not a list of texts or examples.
     """
 
     tokenizer: Tokenizer
@@ -70,9 +75,14 @@ class DistillationCollator:
         for name in ("max_length", "max_teacher_length"):
             if getattr(self, name) is not None:
                 check_count(getattr(self, name), name=name, minimum=2, accepted="an int of at least 2")
+        self.tokenizer = load_tokenizer(self.tokenizer, argument="tokenizer")
+        self.teacher_tokenizer = load_tokenizer(self.teacher_tokenizer, argument="teacher_tokenizer")
         self._prefixes = (prefix_id(self.tokenizer, "student"), prefix_id(self.teacher_tokenizer, "teacher"))
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
+        if isinstance(examples, (str, bytes)) or not isinstance(examples, Sequence):
+            raise InvalidArgumentError(f"DistillationCollator got a {type(examples).__name__}: pass a batch, a list "
+                                       "of strings or of {'text': ...} examples.")
         texts = [_text_of(example) for example in examples]
         if not any(text.strip() for text in texts):
             raise InvalidArgumentError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from ...errors import InvalidArgumentTypeError
 from .weights import DistillationWeights
 
 __all__ = ["TeacherSchedule"]
@@ -32,6 +33,9 @@ class TeacherSchedule:
     Args:
         weights (`DistillationWeights`): its `teacher_share` and `adaptive_share`.
 
+    Raises:
+        `InvalidArgumentTypeError`: `weights` is not a `DistillationWeights`.
+
     Example:
         ```python
         >>> schedule = TeacherSchedule(DistillationWeights(teacher_share=0.25, adaptive_share=False))
@@ -41,6 +45,9 @@ class TeacherSchedule:
     """
 
     def __init__(self, weights: DistillationWeights) -> None:
+        if not isinstance(weights, DistillationWeights):
+            raise InvalidArgumentTypeError(f"weights is a {type(weights).__name__}: pass a DistillationWeights, e.g. "
+                                           "DistillationWeights() for the default objective.")
         self.weights = weights
         self.credit = 0.0  # sequences the teacher should have read so far (share × sequences, summed)
         self.lead: float | None = None
