@@ -16,6 +16,7 @@ from huggingface_hub.utils import tqdm
 
 from .._typing import Model, Tokenizer
 from ..arguments import check_count
+from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["bits_per_byte", "default_prefix", "text_bytes", "token_nll"]
@@ -122,7 +123,7 @@ def _check_texts(texts: Sequence[str]) -> None:
 
 def _check_prefix(prefix_token_id: int, model: Model) -> int:
     """An id of one of the model's input embedding rows."""
-    rows = model.get_input_embeddings().num_embeddings
+    rows = find_embeddings(model).num_rows
     check_count(prefix_token_id, name="prefix_token_id", minimum=0)
     if prefix_token_id >= rows:
         raise InvalidArgumentError(f"prefix_token_id={prefix_token_id} is invalid: the model has {rows} embedding "
