@@ -64,8 +64,9 @@ def check_rate(value: Any, *, name: str, positive: bool = True) -> float:
     return float(value)
 
 
-def check_texts(value: Any, *, name: str) -> Sequence[str]:
-    """A non-empty list (or tuple) of non-blank strings, one document or line each."""
+def check_texts(value: Any, *, name: str, blanks: bool = False) -> Sequence[str]:
+    """A non-empty list (or tuple) of strings, one document or line each; non-blank unless `blanks` (where a blank
+    text is simply nothing to score)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__}: pass a non-empty list of strings, one "
                                        "line or document each.")
@@ -75,7 +76,7 @@ def check_texts(value: Any, *, name: str) -> Sequence[str]:
         if not isinstance(text, str):
             raise InvalidArgumentTypeError(f"{name}[{index}] is a {type(text).__name__}: pass a non-empty list of "
                                            "strings, one line or document each.")
-        if not text.strip():
+        if not blanks and not text.strip():
             raise InvalidArgumentError(f"{name}[{index}] is {'empty' if not text else 'blank'}: drop empty lines "
                                        f"from {name}.")
     return value

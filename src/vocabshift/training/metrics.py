@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, Tokenizer
-from ..arguments import check_count
+from ..arguments import check_count, check_texts
 from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError
 
 __all__ = ["bits_per_byte", "default_prefix", "text_bytes", "token_nll"]
 
@@ -111,14 +111,9 @@ def default_prefix(tokenizer: Tokenizer) -> int:
 
 def _check_texts(texts: Sequence[str]) -> None:
     """A non-empty list of strings (empty ones score nothing): a single string would be scored as its characters."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-        raise InvalidArgumentTypeError(f"texts is a {type(texts).__name__}: pass a list of strings, one held-out line "
-                                       "or document each.")
-    if not texts:
+    if isinstance(texts, Sequence) and not isinstance(texts, (str, bytes)) and not texts:
         raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
-    bad = next((index for index, text in enumerate(texts) if not isinstance(text, str)), None)
-    if bad is not None:
-        raise InvalidArgumentTypeError(f"texts[{bad}] is a {type(texts[bad]).__name__}: pass a list of strings.")
+    check_texts(texts, name="texts", blanks=True)
 
 
 def _check_prefix(prefix_token_id: int, model: Model) -> int:
