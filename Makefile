@@ -35,8 +35,10 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
+# Two test workers (pytest-xdist) of one thread each: a test spends much of its time outside torch's threads
+# (subprocesses, tokenizers, Python), which the other worker's test fills; two threads each would oversubscribe.
 test: lint docs
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2
 
 demo: setup
 	$(PY) examples/demo.py

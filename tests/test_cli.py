@@ -34,6 +34,7 @@ def base_folder(tmp_path_factory, tokenizers_en):
     return folder
 
 
+@pytest.mark.slow
 def test_extend_inspect_card_push(base_folder, tokenizers_ru, tmp_path, loopback_hub):
     tokenizers_ru["sentencepiece"].save_pretrained(tmp_path / "ru-tokenizer")
     out = tmp_path / "tiny-ru"

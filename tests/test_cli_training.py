@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import lzma
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -47,6 +48,7 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     assert config["vocabshift"]["evaluations"][-1]["num_texts"] == 10
 
 
+@pytest.mark.slow
 def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, en_lines):
     source = tokenizers_en["sentencepiece"]
     model = make_model("llama-untied", source)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -26,6 +27,7 @@ def _run(prefix: list[str], folder: Path, output: Path, per_device: int) -> dict
     return json.loads((output / "world.json").read_text())
 
 
+@pytest.mark.slow
 def test_ddp_distillation_matches_one_process(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     source = tokenizers_en["sentencepiece"]
     model = make_model("llama-untied", source)

@@ -116,6 +116,7 @@ def smollm2_folders(tmp_path_factory) -> tuple[Path, Path]:
     return folders("smollm2", tmp_path_factory.mktemp("smollm2"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(BUILDERS))
 def test_extended_model_converts_with_its_original_pre_tokenizer(family, converter, tmp_path):
     original, adapted = folders(family, tmp_path)

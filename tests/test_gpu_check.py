@@ -12,6 +12,7 @@ import torch
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_the_gpu_check_runs_on_the_cpu():
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "check_gpu.sh"), "--dry-run"], env=env,

@@ -108,6 +108,7 @@ def instruct_batches(tokenizer, words, mixed, generator):
         yield next(text)
 
 
+@pytest.mark.slow
 def test_propagated_instruct_model_keeps_the_behaviour_and_gains_the_language(tmp_path, one_thread, capsys):
     en, ru = list(read_sample("en")), list(read_sample("ru"))
     words = sorted({w for line in en for w in line.split() if w.isalpha() and w.islower() and 3 <= len(w) <= 8})

