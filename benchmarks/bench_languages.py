@@ -34,7 +34,7 @@ read.
 
     python benchmarks/bench_languages.py [--languages ru de vi] [--steps 25 50 100 200 400] [--baseline-steps 600]
                                          [--arms control cross-entropy default] [--seeds 1] [--seed-steps 100]
-                                         [--seed-arms cross-entropy default] [--lockstep] [--suffix _recipe]
+                                         [--seed-arms cross-entropy default] [--lockstep] [--suffix _recipe] [--render]
 
 Cross-entropy also trains to `--baseline-steps`, so that the other arms meet it at equal wall time: each checkpoint's
 own elapsed training seconds against cross-entropy's, interpolated between its checkpoints (runs kept from before the
@@ -44,6 +44,7 @@ seconds per step on a shared machine, and runs in turns meet the same drift. Wri
 benchmarks/results/languages_<language><suffix>.md / .json / .png and languages<suffix>.md (files without a suffix:
 the runs of the recipe before, whose `default` and `cross-entropy` were on the full vocabulary); runs of an earlier
 command for the language that this one does not repeat (arm and seed) are kept, so a long benchmark can run in parts.
+`--render` rewrites the files of `--languages` (with `--suffix`) from their JSON, training nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import functools
 import itertools
 import json
 import random
+import re
 import shlex
 import sys
 import tempfile
@@ -286,11 +288,16 @@ def main() -> None:
                         help="train each seed's arms in turns, one step each (turns.py), so that their clocks compare")
     parser.add_argument("--suffix", default="_recipe",
                         help="appended to the results' file names, to keep another run's")
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite each language's files from its JSON (after a change to the tables), training "
+                             "nothing; the machine's load stays the one the training run recorded")
     options = parser.parse_args()
     if options.baseline_steps is None:
         options.baseline_steps = [max(options.steps) * 3 // 2]
     torch.set_num_threads(2)
-    for language in options.languages:
+    for language in options.languages if options.render else []:
+        render(options, language)
+    for language in options.languages if not options.render else []:
         setting, load = setting_for(language), machine_load()
         print(f"{language}: {len(setting['new']):,} tokens in the new tokenizer; original {setting['original']}")
         results, commands = _earlier(options, language)
@@ -304,6 +311,14 @@ def main() -> None:
                 results.setdefault(arm, {})[str(seed)] = figures
                 write_language(options, language, setting, results, load, commands)
     write_summary(options)
+
+
+def render(options, language) -> None:
+    """Rewrite the language's files from its JSON, with its training run's machine load."""
+    text = (RESULTS / f"languages_{language}{options.suffix}.md").read_text(encoding="utf-8")
+    before, after = re.search(r"^Machine: before (.*); after (.*)\.$", text, re.MULTILINE).groups()
+    results, commands = _earlier(options, language)
+    write_language(options, language, setting_for(language), results, before, commands, after=after)
 
 
 def _train_runs(setting, seed, runs, lockstep):
@@ -383,7 +398,7 @@ def _cost_table(results, original) -> list[str]:
              "English after training | x the original's |", "|---|---|---|---|---|---|---|"]
     for arm, runs in results.items():
         run = runs["0"]
-        ratio = f"{run['seconds_per_step'] / ce['seconds_per_step']:.2f}x" if ce else "-"
+        ratio = f"{_slower(run, ce):.2f}x" if ce else "-"
         added = f"{run['new_tokens']:,}" if "new_tokens" in run else "-"  # runs kept from before: not recorded
         lines.append(f"| {arm} | {added} | {run['seconds_per_step']:.2f} | {ratio} | {run['bytes_per_step'] / 1e3:.2f} "
                      f"| {run['english']:.4f} | {run['english'] / original['english']:.4f} |")
@@ -407,7 +422,7 @@ def _wall_time_table(results, seed_steps) -> list[str]:
     many training seconds."""
     ce = results.get("cross-entropy", {})
     lines = [f"| arm | seed | at {seed_steps} steps | seconds | cross-entropy at those seconds | x cross-entropy's "
-             "seconds per step |", "|---|---|---|---|---|---|"]
+             "seconds to that step |", "|---|---|---|---|---|---|"]
     for arm, runs in results.items():
         if arm in ("cross-entropy", "control"):
             continue
@@ -415,10 +430,20 @@ def _wall_time_table(results, seed_steps) -> list[str]:
             clock = _clock(run)
             if seed not in ce or seed_steps not in clock:
                 continue
-            ratio = run["seconds_per_step"] / ce[seed]["seconds_per_step"]
             lines.append(f"| {arm} | {seed} | {_f(dict(run['curve'])[seed_steps])} | {clock[seed_steps]:.0f} | "
-                         f"{at_seconds(ce[seed], clock[seed_steps])} | {ratio:.2f}x |")
+                         f"{at_seconds(ce[seed], clock[seed_steps])} | {_slower(run, ce[seed]):.2f}x |")
     return lines
+
+
+def _slower(run, ce) -> float:
+    """`run`'s training seconds to its last checkpoint over cross-entropy's to the same step. Not the ratio of their
+    mean seconds per step: cross-entropy's further steps (for equal wall time) run alone once the other arms of a
+    `--lockstep` run are done, which can be faster than in turns (two models' working sets alternating)."""
+    step = run["curve"][-1][0]
+    clock, ce_clock = _clock(run), _clock(ce)
+    if step not in ce_clock:
+        return run["seconds_per_step"] / ce["seconds_per_step"]
+    return clock[step] / ce_clock[step]
 
 
 def _parity_table(results, original) -> list[str]:
@@ -453,7 +478,7 @@ def _precision(results) -> list[str]:
     return [f"The teacher's precision (the student trains in float32): {'; '.join(runs)}.", ""] if runs else []
 
 
-def write_language(options, language, setting, results, load, commands) -> None:
+def write_language(options, language, setting, results, load, commands, *, after=None) -> None:
     stem = RESULTS / f"languages_{language}{options.suffix}"
     original = setting["original"]
     lines = [f"# Embedding-only training on {language}: the adapted model against the fair control",
@@ -468,8 +493,9 @@ def write_language(options, language, setting, results, load, commands) -> None:
              f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
              "## Equal wall time, each seed", "", *_wall_time_table(results, options.seed_steps), "",
              "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results), *_precision(results),
-             f"Machine: before {load}; after {machine_load()}.", "Commands (in order; a later one's runs replace an "
-             "earlier one's of the same arm and seed):", "", *[f"    {command}" for command in commands]]
+             f"Machine: before {load}; after {after or machine_load()}.",
+             "Commands (in order; a later one's runs replace an earlier one's of the same arm and seed):", "",
+             *[f"    {command}" for command in commands]]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     stem.with_suffix(".json").write_text(json.dumps({"original": original, "results": results, "commands": commands},
                                                     indent=1) + "\n")
