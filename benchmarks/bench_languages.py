@@ -295,9 +295,11 @@ def main() -> None:
     if options.baseline_steps is None:
         options.baseline_steps = [max(options.steps) * 3 // 2]
     torch.set_num_threads(2)
-    for language in options.languages if options.render else []:
-        render(options, language)
-    for language in options.languages if not options.render else []:
+    if options.render:
+        for language in options.languages:
+            render(options, language)
+        return
+    for language in options.languages:
         setting, load = setting_for(language), machine_load()
         print(f"{language}: {len(setting['new']):,} tokens in the new tokenizer; original {setting['original']}")
         results, commands = _earlier(options, language)

@@ -35,13 +35,14 @@ DIRECTIVE = re.compile(r"^<!-- (results|headline|methods|cli)(?: ([^#\s]+)(?:#(.
 HEADING = re.compile(r"^(#+) (.*)$", re.MULTILINE)
 
 # The headline's languages, each with the results files that hold its figures: the first file that has a figure
-# gives it. The _context runs score held-out passages (the same bytes of context for every tokenizer). Greek is a
-# language no default was chosen on (scripts/get_corpus.py).
+# gives it. The _context runs score held-out passages (the same bytes of context for every tokenizer). Greek and
+# Korean are languages no default was chosen on (scripts/get_corpus.py).
 HEADLINE = {
     "Russian": ("languages_ru_context.md",),
     "German": ("languages_de_context.md",),
     "Vietnamese": ("languages_vi_context.md",),
     "Greek (held out)": ("languages_el_context.md",),
+    "Korean (held out)": ("languages_ko_context.md",),
 }
 README_MARKERS = ("<!-- headline:start (scripts/docs_results.py --write README.md; tests/test_readme.py checks it) -->",
                   "<!-- headline:end -->")
