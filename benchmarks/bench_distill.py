@@ -135,13 +135,19 @@ def timed_curve(result) -> list[tuple[float, float]]:
     return [(step * result["seconds_per_step"], bpb) for step, bpb in result["curve"]]
 
 
-def at_seconds(result, seconds) -> str:
-    """The run's bits per byte after `seconds` of training, interpolated between its checkpoints ("-" past them)."""
+def bpb_at_seconds(result, seconds) -> float | None:
+    """The run's bits per byte after `seconds` of training, interpolated between its checkpoints (None past them)."""
     points = timed_curve(result)
     for (t0, a), (t1, b) in zip(points, points[1:]):
         if t0 <= seconds <= t1:
-            return f"{a + (b - a) * (seconds - t0) / (t1 - t0):.4f} ({seconds:.0f} s)"
-    return "-"
+            return a + (b - a) * (seconds - t0) / (t1 - t0)
+    return None
+
+
+def at_seconds(result, seconds) -> str:
+    """`bpb_at_seconds` with the seconds, for a table ("-" past the run's checkpoints)."""
+    bpb = bpb_at_seconds(result, seconds)
+    return "-" if bpb is None else f"{bpb:.4f} ({seconds:.0f} s)"
 
 
 def _table(results) -> list[str]:

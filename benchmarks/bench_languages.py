@@ -64,7 +64,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
 import torch
-from bench_distill import Checkpoints, at_seconds, timed_curve
+from bench_distill import Checkpoints, at_seconds, bpb_at_seconds, timed_curve
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from turns import TakingTurns, Turns, train_in_turns
 
@@ -280,7 +280,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200, 400])
     parser.add_argument("--baseline-steps", type=int, nargs="*", default=None,
                         help="cross-entropy's further checkpoints, for equal wall time (default: 1.5x the last step)")
-    parser.add_argument("--arms", nargs="+", default=["cross-entropy", "default", "control"], choices=list(ARMS))
+    parser.add_argument("--arms", nargs="*", default=["cross-entropy", "default", "control"], choices=list(ARMS),
+                        help="arms of seed 0, to --steps (none: only the further --seeds)")
     parser.add_argument("--seeds", type=int, nargs="*", default=[1], help="further seeds, run to --seed-steps")
     parser.add_argument("--seed-arms", nargs="*", default=["cross-entropy", "default"], choices=list(ARMS))
     parser.add_argument("--seed-steps", type=int, default=100)
@@ -298,6 +299,7 @@ def main() -> None:
     if options.render:
         for language in options.languages:
             render(options, language)
+        write_summary(options)
         return
     for language in options.languages:
         setting, load = setting_for(language), machine_load()
@@ -316,11 +318,16 @@ def main() -> None:
 
 
 def render(options, language) -> None:
-    """Rewrite the language's files from its JSON, with its training run's machine load."""
+    """Rewrite the language's files from its JSON, with its training run's machine load and the sizes its text
+    names (the tokenizer's, the English lines'): no model or tokenizer is loaded."""
     text = (RESULTS / f"languages_{language}{options.suffix}.md").read_text(encoding="utf-8")
     before, after = re.search(r"^Machine: before (.*); after (.*)\.$", text, re.MULTILINE).groups()
+    tokens, lines = (int(re.search(pattern, text)[1].replace(",", "")) for pattern in
+                     (r"\(([\d,]+) tokens in the new tokenizer\)", r"`source_texts=` ([\d,]+) English lines"))
     results, commands = _earlier(options, language)
-    write_language(options, language, setting_for(language), results, before, commands, after=after)
+    original = json.loads((RESULTS / f"languages_{language}{options.suffix}.json").read_text())["original"]
+    setting = {"new": range(tokens), "english_train": range(lines), "original": original}  # what the text needs
+    write_language(options, language, setting, results, before, commands, after=after)
 
 
 def _train_runs(setting, seed, runs, lockstep):
@@ -421,7 +428,7 @@ def _seed_table(results, seed_steps) -> list[str]:
 
 def _wall_time_table(results, seed_steps) -> list[str]:
     """Each arm that is not cross-entropy at `seed_steps`, per seed, against cross-entropy of the same seed after as
-    many training seconds."""
+    many training seconds, and the mean of the seeds' leads."""
     ce = results.get("cross-entropy", {})
     lines = [f"| arm | seed | at {seed_steps} steps | seconds | cross-entropy at those seconds | x cross-entropy's "
              "seconds to that step |", "|---|---|---|---|---|---|"]
@@ -434,7 +441,40 @@ def _wall_time_table(results, seed_steps) -> list[str]:
                 continue
             lines.append(f"| {arm} | {seed} | {_f(dict(run['curve'])[seed_steps])} | {clock[seed_steps]:.0f} | "
                          f"{at_seconds(ce[seed], clock[seed_steps])} | {_slower(run, ce[seed]):.2f}x |")
-    return lines
+    leads = [f"`{arm}`: {_lead_summary(runs, ce, seed_steps)}" for arm, runs in results.items()
+             if arm not in ("cross-entropy", "control") and ce]
+    return lines + (["", "Lead over cross-entropy (its bits per byte minus the arm's: positive where the arm is "
+                         f"better) at {seed_steps} steps, mean ± standard error over the seeds: " + "; ".join(leads)
+                     + "."] if leads else [])
+
+
+def _leads(runs, ce, step) -> list[tuple[float, float]]:
+    """Per seed run to `step` that cross-entropy has too: the arm's lead over cross-entropy at that step, and after
+    as many training seconds (bits per byte, positive where the arm is better)."""
+    pairs = []
+    for seed, run in runs.items():
+        here, clock = dict(run["curve"]).get(step), _clock(run)
+        there = dict(ce[seed]["curve"]).get(step) if seed in ce else None
+        timed = bpb_at_seconds(ce[seed], clock[step]) if there is not None and step in clock else None
+        if here is not None and timed is not None:
+            pairs.append((there - here, timed - here))
+    return pairs
+
+
+def _lead_summary(runs, ce, step) -> str:
+    pairs = _leads(runs, ce, step)
+    if not pairs:
+        return "-"
+    return (f"per step {_mean_error([p for p, _ in pairs])}, at equal wall time {_mean_error([w for _, w in pairs])} "
+            f"({len(pairs)} seeds)")
+
+
+def _mean_error(values) -> str:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return f"{mean:+.4f}"
+    spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5
+    return f"{mean:+.4f} ± {spread:.4f}"
 
 
 def _slower(run, ce) -> float:
@@ -492,7 +532,7 @@ def write_language(options, language, setting, results, load, commands, *, after
              "they are the language's).", "",
              "## Held-out bits per byte by step (seed 0)", "", *_curve_table(results, original), "",
              "## Cost and English", "", *_cost_table(results, original), "",
-             f"## Two seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
+             f"## Seeds at {options.seed_steps} steps", "", *_seed_table(results, options.seed_steps), "",
              "## Equal wall time, each seed", "", *_wall_time_table(results, options.seed_steps), "",
              "## Parity", "", *_parity_table(results, original), "", *_teacher_table(results), *_precision(results),
              f"Machine: before {load}; after {after or machine_load()}.",
@@ -517,7 +557,8 @@ def write_summary(options) -> None:
              "where the adapted model passes the untrained original and the control (benchmarks/bench_languages.py; "
              "one file per language beside this one).", "",
              f"| language | objective | at {options.seed_steps} steps | control | untrained original | passes the "
-             "original | passes the control | English x original |", "|---|---|---|---|---|---|---|---|"]
+             "original | passes the control | English x original | lead over cross-entropy per step, at equal wall "
+             "time (mean ± standard error over the seeds) |", "|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(RESULTS.glob(f"languages_*{options.suffix}.json")):
         data = json.loads(path.read_text())
         language, results, original = path.stem.split("_")[1], data["results"], data["original"]
@@ -526,10 +567,12 @@ def write_summary(options) -> None:
             if arm == "control":
                 continue
             mean, bar = _mean_at(runs, options.seed_steps), _mean_at(control, options.seed_steps) if control else None
+            ce = results.get("cross-entropy", {})
+            lead = _lead_summary(runs, ce, options.seed_steps) if arm != "cross-entropy" else "-"
             lines.append(f"| {language} | {arm} | {_f(mean)} | {_f(bar)} | {original['held_out']:.4f} | "
                          f"{parity(runs['0'], original['held_out'])} | "
                          f"{parity(runs['0'], control['0']) if control else '-'} | "
-                         f"{runs['0']['english'] / original['english']:.4f} |")
+                         f"{runs['0']['english'] / original['english']:.4f} | {lead} |")
     (RESULTS / f"languages{options.suffix}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

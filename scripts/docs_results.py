@@ -88,7 +88,7 @@ def _figure(names: tuple[str, ...], find) -> tuple[str, str]:
 
 def _seed_mean(arm: str):
     def find(text: str) -> str:
-        heading = next(m[2] for m in HEADING.finditer(text) if m[2].startswith("Two seeds at "))
+        heading = next(m[2] for m in HEADING.finditer(text) if m[2].startswith("Seeds at "))
         return next(row["mean"] for row in table(section(text, heading)) if row["arm"] == arm)
 
     return find
@@ -117,7 +117,7 @@ def _original(text: str) -> str:
 
 
 def _steps(text: str) -> str:
-    return next(m[1] for m in re.finditer(r"^## Two seeds at (\d+) steps$", text, re.MULTILINE))
+    return next(m[1] for m in re.finditer(r"^## Seeds at (\d+) steps$", text, re.MULTILINE))
 
 
 def headline_table(link: str = "benchmarks/results/") -> str:
