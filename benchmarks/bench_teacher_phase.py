@@ -33,8 +33,8 @@ def readings(setting, seed, steps) -> list[dict]:
     trainer, found = run["trainer"], []
     schedule, update = trainer.schedule, trainer.schedule.update
 
-    def recorded(lead, text_lead=None, student_rate=None):
-        update(lead, text_lead, student_rate)
+    def recorded(lead, text_lead=None):
+        update(lead, text_lead)
         if text_lead is not None:
             found.append({"step": trainer.state.global_step, "text_lead": text_lead,
                           "running": schedule.text_lead, "share": schedule.share})

@@ -277,7 +277,7 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
             loss, parts = distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree,
                                             count=count)
             loss.backward()
-            schedule.update(parts.get("teacher_lead"), parts.get("teacher_text_lead"), parts.get("student_rate"))
+            schedule.update(parts.get("teacher_lead"), parts.get("teacher_text_lead"))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if step % eval_every == 0 or step == len(data.batches):

@@ -39,14 +39,12 @@ __all__ = [
     "first_piece_probs",
     "followed_chunks",
     "hidden_state_loss",
-    "mean_nll",
     "next_piece_loss",
     "next_token_loss",
     "piece_tree_loss",
     "teacher_gate",
     "text_nll",
     "token_log_probs",
-    "token_nll",
 ]
 
 
@@ -190,22 +188,11 @@ def text_nll(logits_of: Callable[[torch.Tensor], torch.Tensor], states: torch.Te
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of each next token (labels -100 are ignored): mean over sequences of the mean over tokens."""
-    return mean_nll(token_nll(logits, labels), labels)
-
-
-def mean_nll(nll: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`token_nll`'s losses averaged as `next_token_loss` does (for a caller that also needs them per token)."""
-    return _sequence_mean(nll, F.pad(labels[:, 1:] != -100, (0, 1)))
-
-
-def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`(batch, length)`: the cross-entropy of the next token at each position, 0 where its label is -100 (and at the
-    last position, which predicts nothing).
+    """Cross-entropy of each next token (labels -100 are ignored): mean over sequences of the mean over tokens.
 
     The labels move one position left, not the logits: slicing the logits would copy them (and their gradient), which
     over a large vocabulary costs a noticeable part of an embedding-only step. Flat rows, as (batch, classes, length)
     would read transposed logits: slower."""
-    targets = F.pad(labels[:, 1:], (0, 1), value=-100)
+    targets = F.pad(labels[:, 1:], (0, 1), value=-100)  # the last position predicts nothing
     losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none", ignore_index=-100)
-    return losses.view_as(targets)
+    return _sequence_mean(losses.view_as(targets), targets != -100)

@@ -21,13 +21,12 @@ from .losses import (
     first_piece_probs,
     followed_chunks,
     hidden_state_loss,
-    mean_nll,
     next_piece_loss,
+    next_token_loss,
     piece_tree_loss,
     teacher_gate,
     text_nll,
     token_log_probs,
-    token_nll,
 )
 from .pieces import PieceTree
 from .teacher import Teacher
@@ -169,15 +168,12 @@ def distillation_loss(
     (a `TeacherSchedule`'s), so that over a stream it weighs as if the teacher read that share of every batch; when
     it read none, only `next_token` scores the batch. With the gate, the values also hold `teacher_wins` (the share
     of the judged chunks it won) and `teacher_lead` (the mean log probability it gave the next piece above the
-    student's, nats); with `adaptive_share`, `student_rate` (the student's loss on the whole batch per token of the
-    teacher's cut of its text, nats: a unit both sides share) and, where the teacher read, `teacher_text_lead` (the
-    share of the student's loss on the read text that the teacher's is below it, negative where the student models
-    that text better).
+    student's, nats); with `adaptive_share`, `teacher_text_lead` (the share of the student's loss on the whole text
+    that the teacher's is below it, negative once the student models the text better).
     """
     gated = weights.gate and weights.uses_teacher
-    measured = weights.adaptive_share and weights.uses_teacher
     needs_logits = (weights.chunk or weights.next_token or weights.next_piece or weights.piece_tree or gated
-                    or measured)
+                    or targets.text_nll is not None)
     if weights.piece_tree and tree is None:
         raise InvalidArgumentError("distillation_loss: the piece_tree objective needs tree=piece_tree(record, rows); "
                                    "pass it, or set DistillationWeights(piece_tree=0).")
@@ -192,30 +188,23 @@ def distillation_loss(
     parts: dict[str, torch.Tensor] = {}
     judged: dict[str, float] = {}
     if read:
-        parts, judged = _teacher_objectives(out, targets, teacher_part(batch, read), weights, first_pieces, tree)
+        part = teacher_part(batch, read)
+        parts, judged = _teacher_objectives(out, targets, part, weights, first_pieces, tree)
+        if targets.text_nll is not None:
+            judged["teacher_text_lead"] = _text_lead(out.logits[:read].detach(), part, targets.text_nll)
     scale = 1.0 if count is None else read / (weights.teacher_share * size)
-    nll = token_nll(out.logits, batch["labels"]) if weights.next_token or measured else None
     if weights.next_token:
-        assert nll is not None  # computed for next_token
-        parts["next_token"] = mean_nll(nll, batch["labels"])
-    if measured:
-        assert nll is not None  # computed for the measure
-        judged.update(_text_measures(nll.detach().sum(1), batch, targets.text_nll if read else None))
+        parts["next_token"] = next_token_loss(out.logits, batch["labels"])
     loss = sum(getattr(weights, name) * value * (1 if name == "next_token" else scale)
                for name, value in parts.items())
     return loss, {**{name: value.item() for name, value in parts.items()}, **judged}
 
 
-def _text_measures(student: torch.Tensor, batch: dict[str, torch.Tensor],
-                   teacher: torch.Tensor | None) -> dict[str, float]:
-    """`student_rate` from each sequence's summed loss (`student`), and with the teacher's on the first sequences
-    (those it read) `teacher_text_lead` there (both sides hold the same text: the collator cuts them at one
-    boundary)."""
-    measures = {"student_rate": (student.sum() / batch["teacher_attention_mask"].sum().clamp(min=1)).item()}
-    if teacher is not None:
-        read = student[: len(teacher)]
-        measures["teacher_text_lead"] = ((read - teacher).sum() / read.sum().clamp(min=1e-30)).item()
-    return measures
+def _text_lead(logits: torch.Tensor, part: dict[str, torch.Tensor], teacher: torch.Tensor) -> float:
+    """How far the teacher's loss on the read sequences' whole text is below the student's, as a share of the
+    student's (both sides hold the same text: the collator cuts them at one boundary)."""
+    student = text_nll(lambda scores: scores, logits, part["input_ids"], part["attention_mask"])
+    return ((student - teacher).sum() / student.sum().clamp(min=1e-30)).item()
 
 
 def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch.Tensor],

@@ -220,8 +220,7 @@ class DistillationTrainer(Trainer):
             with self.teacher.precision(loss.device):  # its body only infers, as the teacher's
                 source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
             loss, parts["source"] = loss + self.weights.source * self.source.every * source, source.item()
-        self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead"),
-                                                 parts.get("student_rate")))
+        self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)
         if return_outputs:
@@ -229,9 +228,9 @@ class DistillationTrainer(Trainer):
         return loss
 
     def _shared_leads(self, *leads: float | None) -> list[float | None]:
-        """Each of the teacher's leads (and the student's rate) averaged over the processes that measured it, so
-        that every process's schedule has its teacher read the same number of sequences (a sharded model's forward
-        is a collective that all of them must join)."""
+        """Each of the teacher's leads averaged over the processes that measured it, so that every process's
+        schedule has its teacher read the same number of sequences (a sharded model's forward is a collective that
+        all of them must join)."""
         if self.args.world_size <= 1:
             return list(leads)
         known = [lead is not None and not math.isnan(lead) for lead in leads]
@@ -244,7 +243,7 @@ class DistillationTrainer(Trainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add each objective's mean since the last log (`distill/hidden`, ...), and with the gate the teacher's
         wins, leads and share (`distill/teacher_wins`, `distill/teacher_lead`, `distill/teacher_text_lead`,
-        `distill/teacher_share`) and the student's loss rate (`distill/student_rate`), to the training logs."""
+        `distill/teacher_share`), to the training logs."""
         if "loss" in logs:
             logs.update({f"distill/{name}": sum(v) / len(v) for name, v in self._parts.items() if v})
             self._parts.clear()
