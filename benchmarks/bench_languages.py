@@ -57,6 +57,7 @@ import json
 import random
 import re
 import shlex
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -324,10 +325,9 @@ def render(options, language) -> None:
     before, after = re.search(r"^Machine: before (.*); after (.*)\.$", text, re.MULTILINE).groups()
     tokens, lines = (int(re.search(pattern, text)[1].replace(",", "")) for pattern in
                      (r"\(([\d,]+) tokens in the new tokenizer\)", r"`source_texts=` ([\d,]+) English lines"))
-    results, commands = _earlier(options, language)
-    original = json.loads((RESULTS / f"languages_{language}{options.suffix}.json").read_text())["original"]
-    setting = {"new": range(tokens), "english_train": range(lines), "original": original}  # what the text needs
-    write_language(options, language, setting, results, before, commands, after=after)
+    data = json.loads((RESULTS / f"languages_{language}{options.suffix}.json").read_text())
+    setting = {"new": range(tokens), "english_train": range(lines), "original": data["original"]}  # what the text needs
+    write_language(options, language, setting, data["results"], before, data["commands"], after=after)
 
 
 def _train_runs(setting, seed, runs, lockstep):
@@ -470,11 +470,10 @@ def _lead_summary(runs, ce, step) -> str:
 
 
 def _mean_error(values) -> str:
-    mean = sum(values) / len(values)
+    mean = statistics.mean(values)
     if len(values) < 2:
         return f"{mean:+.4f}"
-    spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5
-    return f"{mean:+.4f} ± {spread:.4f}"
+    return f"{mean:+.4f} ± {statistics.stdev(values) / len(values) ** 0.5:.4f}"
 
 
 def _slower(run, ce) -> float:
@@ -562,12 +561,11 @@ def write_summary(options) -> None:
     for path in sorted(RESULTS.glob(f"languages_*{options.suffix}.json")):
         data = json.loads(path.read_text())
         language, results, original = path.stem.split("_")[1], data["results"], data["original"]
-        control = results.get("control")
+        control, ce = results.get("control"), results.get("cross-entropy", {})
         for arm, runs in results.items():
             if arm == "control":
                 continue
             mean, bar = _mean_at(runs, options.seed_steps), _mean_at(control, options.seed_steps) if control else None
-            ce = results.get("cross-entropy", {})
             lead = _lead_summary(runs, ce, options.seed_steps) if arm != "cross-entropy" else "-"
             lines.append(f"| {language} | {arm} | {_f(mean)} | {_f(bar)} | {original['held_out']:.4f} | "
                          f"{parity(runs['0'], original['held_out'])} | "
