@@ -4,15 +4,19 @@ Two runs of one arm, minutes apart, can differ by several percent in seconds per
 much as the arms differ once the teacher has fallen behind (bench_languages.py's equal wall time tables time each
 run on its own). Here the arms take turns: each round trains every arm for `--steps` steps from a fresh copy of the
 extended model (bench_languages.py's recipe: SmolLM2-135M-Instruct, `subword`, 4 x 128 tokens, lr 1e-3) on that
-round's texts, so that slow drift of the machine hits all of them alike. A step's seconds run from the end of the
-step before to its own end (the batch's collation included); the first `--warmup` steps of each round are dropped.
+round's texts, so that slow drift of the machine hits all of them alike, and each round starts one arm later than
+the one before, so that an arm's place in the round does not count as its cost (as many rounds as arms give each arm
+every place once). A step's seconds run from the end of the step before to its own end
+(the batch's collation included); the first `--warmup` steps of each round are dropped.
 
 Arms: `cross-entropy` (`Trainer` + `EmbeddingOnlyCallback`, the baseline), `default` (the default objective from the
 start of training: the teacher reads a quarter of the sequences until its schedule turns it down), `default, caught
 up` (the schedule as once the student models the text better than the teacher: a language the original model is
-weak in, soon after the start) and `default, caught up, no replay` (`source=0`: what the English replay adds).
+weak in, soon after the start), `default, caught up, no replay` (`source=0`: what the English replay adds) and
+`next-token only` (`DistillationWeights.next_token_only()`: the trainer's own path, its collator included, without
+teacher or replay).
 
-    python benchmarks/bench_step_cost.py [--languages vi] [--steps 20] [--rounds 3] [--warmup 3]
+    python benchmarks/bench_step_cost.py [--languages vi] [--steps 20] [--rounds 5] [--warmup 3]
 
 Writes benchmarks/results/step_cost.md / .json (a language's runs replace its earlier ones).
 """
@@ -42,7 +46,8 @@ KIND = "English kept for the target"  # the recipe's vocabulary
 CAUGHT_UP = -0.1  # a running lead of the teacher on the whole text below 0: the student models it better
 ARMS = {"cross-entropy": (None, False), "default": (DistillationWeights(), False),
         "default, caught up": (DistillationWeights(), True),
-        "default, caught up, no replay": (DistillationWeights(source=0.0), True)}
+        "default, caught up, no replay": (DistillationWeights(source=0.0), True),
+        "next-token only": (DistillationWeights.next_token_only(), False)}
 
 
 class StepClock(TrainerCallback):
@@ -80,9 +85,10 @@ def measure(language, steps, rounds, warmup) -> dict:
     _, tokenizer = _extended(setting, KIND)
     texts = [{"text": t} for t in training_texts(setting["train"], tokenizer, BATCH * steps * rounds, 0)]
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    names = list(ARMS)
     for round_ in range(rounds):
         part = texts[round_ * BATCH * steps: (round_ + 1) * BATCH * steps]
-        for arm in ARMS:
+        for arm in names[round_ % len(names):] + names[: round_ % len(names)]:  # each round starts one arm later
             seconds[arm] += time_arm(setting, arm, part, steps)[warmup:]
             print(f"  {language} round {round_} {arm}: {statistics.mean(seconds[arm][-(steps - warmup):]):.3f} "
                   "s/step", flush=True)
@@ -105,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--languages", nargs="+", default=["vi"])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=len(ARMS))
     parser.add_argument("--warmup", type=int, default=3)
     options = parser.parse_args()
     path = RESULTS / "step_cost.json"
@@ -116,7 +122,8 @@ def main() -> None:
     path.write_text(json.dumps(results, indent=1))
     command = " ".join(["python benchmarks/bench_step_cost.py", *sys.argv[1:]])
     text = "\n".join(["# A distillation step against a cross-entropy step, timed in turn", "",
-                      f"Rounds of {options.steps} steps per arm (the first {options.warmup} dropped), arms in turn; "
+                      f"Rounds of {options.steps} steps per arm (the first {options.warmup} dropped), arms in turn, "
+                      "each round starting one arm later; "
                       "seconds per step with the batch's collation (benchmarks/bench_step_cost.py).", "",
                       *table(results), "", f"Machine: before {before}; after {machine_load()}.",
                       f"Command (last run): `{command}`", ""])
