@@ -114,20 +114,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=len(ARMS))
     parser.add_argument("--warmup", type=int, default=3)
     options = parser.parse_args()
-    path = RESULTS / "step_cost.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
-    before = machine_load()
+    results, before = earlier("step_cost"), machine_load()
     for language in options.languages:
         results[language] = measure(language, options.steps, options.rounds, options.warmup)
-    path.write_text(json.dumps(results, indent=1))
-    command = " ".join(["python benchmarks/bench_step_cost.py", *sys.argv[1:]])
-    text = "\n".join(["# A distillation step against a cross-entropy step, timed in turn", "",
-                      f"Rounds of {options.steps} steps per arm (the first {options.warmup} dropped), arms in turn, "
-                      "each round starting one arm later; "
-                      "seconds per step with the batch's collation (benchmarks/bench_step_cost.py).", "",
-                      *table(results), "", f"Machine: before {before}; after {machine_load()}.",
+    write("step_cost", results, "A distillation step against a cross-entropy step, timed in turn",
+          f"Rounds of {options.steps} steps per arm (the first {options.warmup} dropped), arms in turn, each round "
+          "starting one arm later; seconds per step with the batch's collation (benchmarks/bench_step_cost.py).",
+          table(results), before)
+
+
+def earlier(name) -> dict:
+    """The per-language results of benchmarks/results/`name`.json (empty before the first run)."""
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write(name, results, title, intro, lines, before) -> None:
+    """`name`.json (the results by language) and `name`.md (the title, intro, table `lines`, the machine's load
+    `before` and now, and the command) in benchmarks/results/."""
+    (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
+    command = " ".join([f"python benchmarks/bench_{name}.py", *sys.argv[1:]])
+    text = "\n".join([f"# {title}", "", intro, "", *lines, "", f"Machine: before {before}; after {machine_load()}.",
                       f"Command (last run): `{command}`", ""])
-    (RESULTS / "step_cost.md").write_text(text)
+    (RESULTS / f"{name}.md").write_text(text)
     print(text)
 
 
