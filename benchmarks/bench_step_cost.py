@@ -6,8 +6,8 @@ run on its own). Here the arms take turns: each round trains every arm for `--st
 extended model (bench_languages.py's recipe: SmolLM2-135M-Instruct, `subword`, 4 x 128 tokens, lr 1e-3) on that
 round's texts, so that slow drift of the machine hits all of them alike, and each round starts one arm later than
 the one before, so that an arm's place in the round does not count as its cost (as many rounds as arms give each arm
-every place once). A step's seconds run from the end of the step before to its own end
-(the batch's collation included); the first `--warmup` steps of each round are dropped.
+every place once). A step's seconds run from the end of the step before to its own end (the batch's collation
+included); the first `--warmup` steps of each round are dropped.
 
 Arms: `cross-entropy` (`Trainer` + `EmbeddingOnlyCallback`, the baseline), `default` (the default objective from the
 start of training: the teacher reads a quarter of the sequences until its schedule turns it down), `default, caught
