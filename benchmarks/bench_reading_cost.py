@@ -37,7 +37,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's vocabshift_testing (not installed)
 
-import torch
 from bench_languages import BATCH, _arguments, _extended, make_trainer, setting_for, training_texts
 from bench_step_cost import KIND, earlier, write
 
@@ -97,8 +96,9 @@ def _actions(trainer, model, batch) -> dict[str, Callable[[], object]]:
 
 
 def _replay(trainer, model) -> None:
-    with trainer.teacher.precision(torch.device("cpu")):
-        loss = source_loss(model, trainer.source.batch("cpu"))
+    """As `DistillationTrainer.compute_loss` runs the replay: in the teacher's precision, on the model's device."""
+    with trainer.teacher.precision(model.device):
+        loss = source_loss(model, trainer.source.batch(model.device))
     loss.backward()
 
 
