@@ -440,7 +440,7 @@ def _wall_time_table(results, seed_steps) -> list[str]:
             if seed not in ce or seed_steps not in clock:
                 continue
             lines.append(f"| {arm} | {seed} | {_f(dict(run['curve'])[seed_steps])} | {clock[seed_steps]:.0f} | "
-                         f"{at_seconds(ce[seed], clock[seed_steps])} | {_slower(run, ce[seed]):.2f}x |")
+                         f"{at_seconds(ce[seed], clock[seed_steps])} | {_slower(run, ce[seed], seed_steps):.2f}x |")
     leads = [f"`{arm}`: {_lead_summary(runs, ce, seed_steps)}" for arm, runs in results.items()
              if arm not in ("cross-entropy", "control") and ce]
     return lines + (["", "Lead over cross-entropy (its bits per byte minus the arm's: positive where the arm is "
@@ -476,11 +476,12 @@ def _mean_error(values) -> str:
     return f"{mean:+.4f} ± {statistics.stdev(values) / len(values) ** 0.5:.4f}"
 
 
-def _slower(run, ce) -> float:
-    """`run`'s training seconds to its last checkpoint over cross-entropy's to the same step. Not the ratio of their
-    mean seconds per step: cross-entropy's further steps (for equal wall time) run alone once the other arms of a
-    `--lockstep` run are done, which can be faster than in turns (two models' working sets alternating)."""
-    step = run["curve"][-1][0]
+def _slower(run, ce, step=None) -> float:
+    """`run`'s training seconds to `step` (default: its last checkpoint) over cross-entropy's to the same step. Not
+    the ratio of their mean seconds per step: cross-entropy's further steps (for equal wall time) run alone once the
+    other arms of a `--lockstep` run are done, which can be faster than in turns (two models' working sets
+    alternating)."""
+    step = run["curve"][-1][0] if step is None else step
     clock, ce_clock = _clock(run), _clock(ce)
     if step not in ce_clock:
         return run["seconds_per_step"] / ce["seconds_per_step"]
