@@ -114,8 +114,9 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
 def _objective(args: argparse.Namespace, model: Model) -> str:
     """`--objective`, with `auto` resolved: distillation where a teacher is at hand without loading anything but
     the original tokenizer (the model itself, fed the old ids, when only new rows train in extend mode), or where
-    `--teacher-model` gives one; cross-entropy otherwise. Distillation is ahead per step and even or ahead per second
-    within the first hundred steps in every language measured (README, benchmarks/bench_languages.py)."""
+    `--teacher-model` gives one; cross-entropy otherwise. Distillation is ahead per step to step 100 in every
+    language measured, and ahead per second early in runs where the original model knows the language
+    (docs/distill.md, "Which objective when")."""
     if args.objective != "auto":
         return str(args.objective)
     own_teacher = args.rows == "new" and get_record(model).mode == "extend"
