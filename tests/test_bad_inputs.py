@@ -3,7 +3,9 @@ input, and nothing is modified or half-written. The CLI cases run as real subpro
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +45,21 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
+    for damaged in ("broken-config", "truncated", "no-tokenizer"):
+        shutil.copytree(root / "extended", root / damaged)
+    (root / "broken-config" / "config.json").write_text("{\"model_type\": ", encoding="utf-8")
+    weights = root / "truncated" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    for file in (root / "no-tokenizer").glob("tokenizer*"):
+        file.unlink()
     return SimpleNamespace(root=root, source=source, new=new, model=make_model("qwen2-tied", source), ru=ru_lines,
                            extended=extended, extended_tokenizer=extended_tokenizer,
                            unigram=make_tokenizer("unigram", ru_lines[:300], 900))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """The options of a method registered by a bad-input case (none is registered)."""
 
 
 class At:
@@ -326,6 +340,74 @@ API = {
                                E.CorpusError, "target_texts is a str"),
     "merge source_texts=[None]": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, source_texts=[None]),
                                   E.CorpusError, "source_texts holds a NoneType"),
+    "merge keep='x'": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, keep_source_segmentation="x"),
+                       E.InvalidArgumentTypeError, "keep_source_segmentation='x' is invalid"),
+    # found by trying more bad inputs: each was a raw error, a wrong cause, or silently accepted
+    "probe output_dir=a file": (lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"],
+                                                           source_tokenizer=w.source, output_dir=w.root / "file.txt"),
+                                E.ModelFolderError, "file.txt' is a file: pass a folder"),
+    "probe output_dir=42": (lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"],
+                                                       source_tokenizer=w.source, output_dir=42),
+                            E.InvalidArgumentTypeError, "output_dir=42"),
+    "card language=5": (lambda w: vocabshift.model_card(w.root / "extended", language=5), E.InvalidArgumentTypeError,
+                        "language=5 is invalid"),
+    "card datasets=[None]": (lambda w: vocabshift.model_card(w.root / "extended", datasets=[None]),
+                             E.InvalidArgumentTypeError, "datasets=[None] is invalid"),
+    "card base_model=''": (lambda w: vocabshift.model_card(w.root / "extended", base_model=""),
+                           E.InvalidArgumentTypeError, "base_model='' is invalid"),
+    "card license=3": (lambda w: vocabshift.model_card(w.root / "extended", license=3), E.InvalidArgumentTypeError,
+                       "license=3 is invalid"),
+    "card repo_id='a b'": (lambda w: vocabshift.model_card(w.root / "extended", repo_id="a b"),
+                           E.InvalidArgumentError, "repo_id='a b' is not a Hub repo id"),
+    "card of a broken config": (lambda w: vocabshift.model_card(w.root / "broken-config"), E.ModelFolderError,
+                                "config.json' cannot be read (JSONDecodeError"),
+    "propagate a broken config": (lambda w: vocabshift.propagate(w.root / "broken-config", w.root / "extended",
+                                                                 w.root / "extended", output_dir=w.root / "out-9"),
+                                  E.ModelFolderError, "config.json' cannot be read (JSONDecodeError"),
+    "gguf of a truncated shard": (lambda w: vocabshift.export_gguf(w.root / "truncated", w.root / "out.gguf"),
+                                  E.ShardError, "model.safetensors' is not a valid safetensors file"),
+    "inspect gguf='yes'": (lambda w: vocabshift.inspect_folder(w.root / "extended", gguf="yes"),
+                           E.InvalidArgumentTypeError, "gguf='yes'"),
+    "save with the original tokenizer": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.source,
+                                                                                     w.root / "out-10"),
+                                         E.TokenizerMismatchError, "tokenizer is not the tokenizer returned by"),
+    "save with the new tokenizer": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.new, w.root / "out-11"),
+                                    E.TokenizerMismatchError, "tokenizer is not the tokenizer returned by"),
+    "train_word_vectors dim=0": (lambda w: vocabshift.train_word_vectors(w.ru, dim=0), E.InvalidArgumentError,
+                                 "dim=0"),
+    "train_word_vectors epochs=-1": (lambda w: vocabshift.train_word_vectors(w.ru, epochs=-1),
+                                     E.InvalidArgumentError, "epochs=-1"),
+    "train_word_vectors min_count=True": (lambda w: vocabshift.train_word_vectors(w.ru, min_count=True),
+                                          E.InvalidArgumentTypeError, "min_count=True"),
+    "train_word_vectors model='glove'": (lambda w: vocabshift.train_word_vectors(w.ru, model="glove"),
+                                         E.InvalidArgumentError, "model='glove' is invalid"),
+    "word vectors level='chars'": (lambda w: vocabshift.load_word_vectors(w.root / "garbage.vec", level="chars"),
+                                   E.InvalidArgumentError, "level='chars' is invalid"),
+    "word vectors from a folder": (lambda w: vocabshift.load_word_vectors(w.root / "junk"), E.WordVectorsError,
+                                   "junk' is a folder"),
+    "bits_per_byte model=a tokenizer": (lambda w: bits_per_byte(w.source, w.source, w.ru[:2]),
+                                        E.InvalidArgumentTypeError, "model is a"),
+    "bits_per_byte tokenizer=42": (lambda w: bits_per_byte(w.extended, 42, w.ru[:2]), E.InvalidTokenizerError,
+                                   "tokenizer is a int"),
+    "distillation train_dataset=str": (_distill(train_dataset="a line"), E.InvalidArgumentTypeError,
+                                       "train_dataset is a str"),
+    "distillation data_collator=function": (_distill(data_collator=lambda examples: examples),
+                                            E.InvalidArgumentTypeError, "data_collator is a function"),
+    "distillation with two callbacks": (_distill(callbacks=[EmbeddingOnlyCallback(), EmbeddingOnlyCallback()]),
+                                        E.TrainingSetupError, "more than one EmbeddingOnlyCallback"),
+    "register_method name=None": (lambda w: vocabshift.register_method(None, config_class=_Options, pretty_name="X"),
+                                  E.InvalidArgumentError, "Method name None is invalid"),
+    "register_method pretty_name=None": (lambda w: vocabshift.register_method("bad_name", config_class=_Options,
+                                                                              pretty_name=None),
+                                         E.InvalidArgumentError, "pretty_name=None for 'bad_name' is invalid"),
+    "register_method on a non-function": (lambda w: vocabshift.register_method("bad_target", config_class=_Options,
+                                                                               pretty_name="X")(42),
+                                          E.InvalidArgumentTypeError, "register_method('bad_target') decorates a int"),
+    "align keep_source_ids='yes'": (lambda w: vocabshift.align(w.source, w.new, keep_source_ids="yes"),
+                                    E.InvalidArgumentTypeError, "keep_source_ids='yes'"),
+    "align new=42": (lambda w: vocabshift.align(w.source, w.new, new=42), E.InvalidTokenizerError, "new is a int"),
+    "WordVectors level='chars'": (lambda w: vocabshift.WordVectors(["a"], [[1.0]], level="chars"),
+                                  E.InvalidArgumentError, "level='chars' is invalid"),
 }
 
 
@@ -374,6 +456,18 @@ CLI = {
                                        "--vocab-size", "800"], "nowhere.txt"),
     "evaluate missing texts": (["evaluate", "{extended}", "{root}/nowhere.txt"], "nowhere.txt"),
     "unknown command": (["extnd"], "invalid choice: 'extnd'"),
+    "train a truncated model": (["train", "{root}/truncated", "{root}/file.txt", "{root}/out"],
+                                "model.safetensors' is not a valid safetensors file"),
+    "train without a known original tokenizer": (["train", "{extended}", "{root}/file.txt", "{root}/out"],
+                                                 "names no source model"),
+    "evaluate a folder without tokenizer": (["evaluate", "{root}/no-tokenizer", "{root}/file.txt"],
+                                            "holds no tokenizer"),
+    "card of a broken config": (["card", "{root}/broken-config"], "config.json' cannot be read (JSONDecodeError"),
+    "gguf of a truncated model": (["gguf", "{root}/truncated", "{root}/out.gguf"],
+                                  "model.safetensors' is not a valid safetensors file"),
+    "probe into the model's folder": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean",
+                                       "--output-dir", "{extended}/probe"], "is inside the input model="),
+    "card into a folder": (["card", "{extended}", "--output", "{root}/junk"], "junk' is a folder"),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -160,6 +161,26 @@ def test_second_stage_unfreezes_the_body_after_the_step(tokenizers_en, tokenizer
     old[new_ids] = False
     assert torch.equal(model.lm_head.weight[old], before["lm_head.weight"][old])
     assert vocabshift.get_record(model).cpt[-1]["second_stage"]["mode"] == ("full" if lora is None else "lora")
+
+
+@pytest.mark.parametrize(("after_step", "warned"), [(3, True), (2, False)])
+def test_warns_of_a_second_stage_past_the_run(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog, after_step,
+                                              warned):
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    callback = vocabshift.EmbeddingOnlyCallback(second_stage=SecondStage(after_step=after_step))
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=3), train_dataset=blocks(tokenizer, ru_lines),
+                callbacks=[callback]).train()
+    message = f"SecondStage(after_step={after_step}) is not before max_steps=3: the body never trains"
+    assert (message in caplog.text) == warned
+
+
+def test_refuses_two_callbacks_in_one_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback(), vocabshift.EmbeddingOnlyCallback(rows="all")])
+    with pytest.raises(TrainingSetupError, match="its callbacks hold a second EmbeddingOnlyCallback"):
+        trainer.train()
 
 
 def test_refuses_a_model_without_record(tokenizers_en, ru_lines, tmp_path):

@@ -1,4 +1,4 @@
-"""Checks of plain arguments that several public functions take: counts, rates, lists of texts.
+"""Checks of plain arguments that several public functions take: counts, rates, lists of texts, Hub repo ids.
 
 Each returns the value it checked and raises `InvalidArgumentTypeError` for a wrong type (a bool is not a count)
 and `InvalidArgumentError` for a value out of range, naming the argument, the value and what is accepted.
@@ -13,10 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_choice", "check_count", "check_flag", "check_path", "check_rate", "check_shard_size", "check_texts",
-           "check_token", "is_int"]
+__all__ = ["check_choice", "check_count", "check_flag", "check_path", "check_rate", "check_repo_id", "check_shard_size",
+           "check_texts", "check_token", "is_int"]
 
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
@@ -113,3 +116,20 @@ def check_token(value: Any, *, booleans: bool = False) -> None:
     got = "an empty string" if value == "" else type(value).__name__
     raise InvalidArgumentError(f"token must be a non-empty string (a Hub token){', True, False' if booleans else ''} "
                                f"or None to use HF_TOKEN or the stored login; got {got}.")
+
+
+def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
+    """`repo_id` itself if it is a Hub repo id (`name` or `namespace/name`), checked locally, without a request.
+
+    Raises:
+        `InvalidArgumentError`: not a repo id (`InvalidArgumentTypeError`: not a string).
+    """
+    if not isinstance(repo_id, str):
+        raise InvalidArgumentTypeError(f"{argument}={repo_id!r} is a {type(repo_id).__name__}: pass the repo id as a "
+                                       "string, 'namespace/name' or 'name'.")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise InvalidArgumentError(f"{argument}={repo_id!r} is not a Hub repo id ({error}): pass 'namespace/name' "
+                                   "or 'name', e.g. 'me/smollm2-ru'.") from None
+    return repo_id

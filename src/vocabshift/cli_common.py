@@ -14,8 +14,9 @@ from typing import Any
 import transformers
 
 from ._typing import Model, Tokenizer
+from .arguments import check_repo_id
 from .errors import InvalidArgumentError, ModelFolderError
-from .hub.push import check_repo_id
+from .headers import check_folder_files, read_config
 from .save import check_replaceable
 from .vocab.load import load_tokenizer
 
@@ -24,6 +25,7 @@ __all__ = ["SUBCOMMANDS", "Argument", "arg", "check_output", "load_model", "mode
 Argument = tuple[tuple[str, ...], dict[str, Any]]
 Command = Callable[[argparse.Namespace], int]
 SUBCOMMANDS: list[tuple[str, str, tuple[Argument, ...], Command]] = []
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # either: AutoTokenizer can load the folder
 
 
 def arg(*names: str, **options: Any) -> Argument:
@@ -45,9 +47,12 @@ def load_model(path: str, *, argument: str = "model") -> Model:
     """A model folder or Hub id, loaded with the architecture saved in its config.
 
     Raises:
-        `ModelFolderError`: a folder without config.json, or a path or repo id transformers cannot load.
+        `ModelFolderError`: a folder without config.json (or a corrupted one), or a path or repo id transformers
+            cannot load. `ShardError`: a truncated or corrupted safetensors file.
     """
     _check_model_path(path, argument)
+    if Path(path).is_dir():  # a truncated or corrupted shard is named, before transformers fails on it
+        check_folder_files(Path(path), sorted(file.name for file in Path(path).iterdir()))
     try:
         config = transformers.AutoConfig.from_pretrained(path)
         architecture = (config.architectures or ["AutoModel"])[0]
@@ -65,6 +70,9 @@ def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
             there, or not a fast one.
     """
     _check_model_path(path, argument)
+    if Path(path).is_dir() and not any((Path(path) / name).is_file() for name in _TOKENIZER_FILES):
+        raise ModelFolderError(f"{argument}={path!r} holds no tokenizer ({' or '.join(_TOKENIZER_FILES)}): save "
+                               "the tokenizer next to the model (tokenizer.save_pretrained(folder)).")
     return load_tokenizer(path, argument=f"the tokenizer of {argument}")
 
 
@@ -92,6 +100,8 @@ def _check_model_path(path: str, argument: str) -> None:
     if folder.is_dir() and not (folder / "config.json").is_file():
         raise ModelFolderError(f"{argument}={path!r} has no config.json: pass a folder written by save_pretrained, "
                                "or a Hub repo id.")
+    if folder.is_dir():
+        read_config(folder)  # a JSON object, or the error says it is corrupted
     if not folder.exists():
         try:
             check_repo_id(path, argument=argument)

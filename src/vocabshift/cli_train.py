@@ -95,6 +95,12 @@ def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts
         dataset = [{"input_ids": block, "labels": block} for block in blocks]
         return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
     record = get_record(model)
+    if not (args.teacher_tokenizer or record.source_model):
+        raise InvalidArgumentError(
+            f"The record of {args.model!r} names no source model (it was built in memory, not loaded from a folder "
+            "or the Hub), so the original tokenizer the teacher reads is unknown: pass --teacher-tokenizer (the "
+            "tokenizer the model was extended from), or --objective next_token."
+        )
     teacher = load_tokenizer(args.teacher_tokenizer or record.source_model, argument="--teacher-tokenizer")
     if fingerprint(teacher) != record.source_tokenizer_sha256:
         raise TokenizerMismatchError(
@@ -184,6 +190,7 @@ def _rewrite_record(folder: Path, model: Model) -> None:
     arg("--output-dir", default="probe", help="where to write probe.md and probe.png (default: ./probe)"),
 )
 def cmd_probe(args: argparse.Namespace) -> int:
+    _check_probe_output(args)
     texts = read_texts(args.texts)
     if not 0 < args.held_out < len(texts):
         raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
@@ -195,3 +202,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
                    output_dir=args.output_dir)
     print(result)
     return 0
+
+
+def _check_probe_output(args: argparse.Namespace) -> None:
+    """--output-dir gets probe.md and probe.png: never inside an input folder, which vocabshift never modifies."""
+    target = None if args.output_dir is None else Path(args.output_dir).resolve()
+    for name in ("model", "new_tokenizer"):
+        folder = Path(getattr(args, name))
+        if target is not None and folder.is_dir() and target.is_relative_to(folder.resolve()):
+            raise InvalidArgumentError(f"--output-dir {args.output_dir!r} is inside the input {name}="
+                                       f"{getattr(args, name)!r}, which vocabshift never modifies: pass another "
+                                       "folder.")

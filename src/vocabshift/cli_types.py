@@ -11,9 +11,9 @@ import argparse
 import math
 from collections.abc import Callable
 
-from .arguments import check_shard_size
+from .arguments import check_repo_id, check_shard_size
 from .errors import InvalidArgumentError
-from .hub.push import check_repo_id, check_revision
+from .hub.push import check_revision
 
 __all__ = ["CONTEXT", "NON_NEGATIVE_INT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "SHARE", "branch",
            "repo_id", "shard_size"]

@@ -1,4 +1,5 @@
-"""Safetensors files checked without reading their tensors: headers, and shard indexes against their shards.
+"""Saved model files checked without loading them: config.json, and safetensors headers and shard indexes against
+their shards.
 
 A file is 8 bytes (little-endian header length), a JSON header (dtype, shape and `data_offsets` of each tensor, an
 optional `__metadata__` of strings) and the tensors' bytes, which tile the rest of the file exactly. A file that
@@ -16,10 +17,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .arguments import is_int
-from .errors import ShardError
+from .errors import ModelFolderError, ShardError
 
-__all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "read_header",
-           "read_weight_map"]
+__all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "read_config",
+           "read_header", "read_weight_map"]
 
 ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8,
              "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64,
@@ -44,6 +45,25 @@ class Header:
     path: Path
     tensors: dict[str, TensorInfo]
     metadata: dict[str, str] | None
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """The `config.json` of a saved model folder, as a dict.
+
+    Raises:
+        `ModelFolderError`: no config.json, or one that is not a JSON object (corrupted).
+    """
+    if not (folder / "config.json").is_file():
+        raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained.")
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({type(error).__name__}: {error}): "
+                               "it is corrupted; save the model again.") from None
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read (a JSON {type(config).__name__}, "
+                               "not an object): it is corrupted; save the model again.")
+    return config
 
 
 def corrupted(path: Path, why: str) -> ShardError:

@@ -8,7 +8,6 @@ come from the safetensors headers and parameter names from a model built on the 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +16,10 @@ from typing import Any
 import transformers
 
 from ._typing import Tokenizer
-from .arguments import check_path
+from .arguments import check_flag, check_path
 from .embeddings import embedding_names
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
-from .headers import check_weight_map, read_header, read_weight_map
+from .headers import check_weight_map, read_config, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
 from .vocab.load import fingerprint, load_tokenizer
@@ -83,6 +82,7 @@ def inspect_folder(folder: str | os.PathLike, *, gguf: bool = False) -> Inspecti
         ```
     """
     folder = check_path(folder, name="folder")
+    check_flag(gguf, name="gguf")
     raw, config = _read_config(folder)
     report = Inspection(folder, None)
     if not has_record(raw):
@@ -107,14 +107,10 @@ def inspect_folder(folder: str | os.PathLike, *, gguf: bool = False) -> Inspecti
 
 def _read_config(folder: Path) -> tuple[dict[str, Any], Any]:
     """config.json as JSON and as transformers reads it."""
-    if not (folder / "config.json").is_file():
-        raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained.")
+    raw = read_config(folder)
     try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        if not isinstance(raw, dict):
-            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
         config = transformers.AutoConfig.from_pretrained(folder)
-    except (ValueError, OSError, TypeError, KeyError) as error:  # JSONDecodeError, unknown model_type, bad fields
+    except (ValueError, OSError, TypeError, KeyError) as error:  # unknown model_type, bad fields
         raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({type(error).__name__}: {error}): "
                                "it is corrupted or written by a newer transformers; save the model again.") from None
     return raw, config

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from .arguments import is_int
-from .errors import InvalidArgumentError, MethodOptionError, MethodOptionTypeError, UnknownMethodError
+from .errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    MethodOptionError,
+    MethodOptionTypeError,
+    UnknownMethodError,
+)
 
 if TYPE_CHECKING:  # methods import this module to register themselves: the Protocol is for the type checker only
     from .methods.base import InitMethod
@@ -50,17 +56,24 @@ def register_method(
         summary (`str`, *optional*): one line for the method table.
 
     Raises:
-        `InvalidArgumentError`: if the name is malformed, already taken, or `config_class` is not a frozen dataclass.
+        `InvalidArgumentError`: if the name is malformed, already taken, `config_class` is not a frozen dataclass,
+            `pretty_name` is empty, or what is decorated is not a function (`InvalidArgumentTypeError`).
     """
-    if not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidArgumentError(f"Method name {name!r} is invalid: use lower-case letters, digits and '_'.")
     if name in _METHODS:
         raise InvalidArgumentError(f"Method {name!r} is already registered; pick another name.")
     params = getattr(config_class, "__dataclass_params__", None)
     if params is None or not params.frozen:
         raise InvalidArgumentError(f"config_class for {name!r} must be a frozen dataclass, got {config_class!r}.")
+    if not isinstance(pretty_name, str) or not pretty_name:
+        raise InvalidArgumentError(f"pretty_name={pretty_name!r} for {name!r} is invalid: pass the method's display "
+                                   "name, e.g. 'FOCUS'.")
 
     def decorator(function: InitMethod) -> InitMethod:
+        if not callable(function):
+            raise InvalidArgumentTypeError(f"register_method({name!r}) decorates a {type(function).__name__}: "
+                                           "decorate the method's function.")
         _METHODS[name] = MethodSpec(name, function, config_class, pretty_name, paper_url, summary)
         return function
 

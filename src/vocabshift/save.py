@@ -21,7 +21,9 @@ from pathlib import Path
 
 from ._typing import Model, Tokenizer
 from .arguments import check_path, check_shard_size
+from .embeddings import check_tokenizer, find_embeddings
 from .errors import InvalidArgumentTypeError, ModelFolderError
+from .record import find_record
 from .vocab.spm_file import save_sentencepiece
 
 __all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic",
@@ -100,6 +102,8 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
         `ModelFolderError`: see `atomic_folder`.
         `InvalidArgumentError`: a `max_shard_size` that is not a size, a model or tokenizer without
             `save_pretrained`, a folder that is not a path (`InvalidArgumentTypeError` for wrong types).
+        `TokenizerMismatchError`: for a model that carries an ExtensionRecord, a tokenizer that is not the one its
+            last `extend_vocabulary` call returned (e.g. the original or the new tokenizer).
 
     Example:
         ```python
@@ -113,6 +117,8 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
                                            "a transformers model and its tokenizer (or tokenizer=None).")
     options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
                                                                                      name="max_shard_size")}
+    if tokenizer is not None and find_record(model) is not None:  # the record knows which tokenizer is the model's
+        check_tokenizer(model, tokenizer, find_embeddings(model).num_rows, argument="tokenizer")
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:

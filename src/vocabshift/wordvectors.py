@@ -23,6 +23,7 @@ import numpy as np
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
 from ._typing import Corpus, Tokenizer, TokenizerLike
+from .arguments import check_choice, check_count
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
@@ -63,10 +64,12 @@ class WordVectors:
 
     Raises:
         `WordVectorsError`: if `vectors` is not a 2-D array with one row per word.
+        `InvalidArgumentError`: another `level`.
     """
 
     def __init__(self, words: Sequence[str], vectors: Any, *, level: Level = "word", family: Family | None = None,
                  source: str = "", model: Any = None) -> None:
+        check_choice(level, ("token", "word", "auto"), name="level")
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(words) or vectors.shape[1] == 0:
             raise WordVectorsError(
@@ -179,6 +182,7 @@ def train_word_vectors(
     Raises:
         `CorpusError`: if the corpus is empty, not text or not UTF-8, or too small for `min_count`.
         `InvalidTokenizerError`, `TokenizerLoadError`: `tokenizer` is not a fast tokenizer (or its path).
+        `InvalidArgumentError`: a count below 1 or another `model` (`InvalidArgumentTypeError`: not an int).
 
     Example:
         ```python
@@ -186,6 +190,9 @@ def train_word_vectors(
         >>> model.extend_vocabulary(ru_tokenizer, method="focus", word_vectors=vectors)
         ```
     """
+    for name, count in (("dim", dim), ("epochs", epochs), ("min_count", min_count), ("bucket", bucket)):
+        check_count(count, name=name)
+    check_choice(model, ("cbow", "skipgram"), name="model")
     loaded = None if tokenizer is None else load_tokenizer(tokenizer, argument="tokenizer")
     settings = {"model": model, "dim": dim, "epoch": epochs, "minCount": min_count, "neg": 10, "bucket": bucket}
     corpus_sha, count = corpus_fingerprint(corpus)
@@ -260,9 +267,15 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
 
     Raises:
         `WordVectorsNotFoundError`: if the file does not exist.
-        `WordVectorsError`: if it is not a fastText model or a `.vec` file with rows of the declared dimension.
+        `WordVectorsError`: if it is a folder, not a fastText model or a `.vec` file with rows of the declared
+            dimension.
+        `InvalidArgumentError`: another `level`.
     """
+    if level is not None:
+        check_choice(level, ("token", "word", "auto"), name="level")
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise WordVectorsError(f"word_vectors={str(path)!r} is a folder: pass the fastText .bin or .vec file in it.")
     if not path.is_file():
         raise WordVectorsNotFoundError(
             f"word_vectors={str(path)!r} does not exist: pass a fastText .bin or .vec file, a WordVectors, or "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import json
 import logging
 import os
 import re
@@ -30,7 +29,8 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..record import ExtensionRecord, find_record
+from ..headers import check_folder_files, read_config
+from ..record import find_record
 from ..save import atomic_file
 from ..vocab.spm_file import sentencepiece_mismatch
 from ._convert import UNKNOWN_PRE_TOKENIZER
@@ -73,7 +73,8 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
         `Path`: `output_path`.
 
     Raises:
-        `ModelFolderError`: `model_dir` is not a folder with config.json.
+        `ModelFolderError`: `model_dir` is not a folder with config.json (a JSON object).
+        `ShardError`: a truncated or corrupted `*.safetensors` file or shard index.
         `InvalidArgumentError`: a bad `outtype` or `output_path`; replace mode without `source_tokenizer`;
             `source_tokenizer` for a folder without a record.
         `TokenizerMismatchError`: the original tokenizer (rebuilt or given) does not match the record, or the folder
@@ -93,7 +94,9 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
     folder, output = _check_paths(model_dir, output_path)
     check_choice(outtype, OUTTYPES, name="outtype")
     check_flag(vocab_only, name="vocab_only")
-    record = _read_record(folder)
+    record = find_record(read_config(folder))
+    if not vocab_only:  # a truncated or corrupted shard fails now, not inside the converter
+        check_folder_files(folder, sorted(path.name for path in folder.iterdir()))
     if record is None and source_tokenizer is not None:
         raise InvalidArgumentError(f"source_tokenizer is given, but model_dir={str(folder)!r} carries no vocabshift "
                                    "record to check it against: leave it out (the folder's own tokenizer names its "
@@ -118,15 +121,6 @@ def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -
         where = "is a folder" if output.is_dir() else "is inside model_dir, which vocabshift never modifies"
         raise InvalidArgumentError(f"output_path={str(output_path)!r} {where}: pass a .gguf file path elsewhere.")
     return folder, output
-
-
-def _read_record(folder: Path) -> ExtensionRecord | None:
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (ValueError, OSError) as error:
-        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({type(error).__name__}: {error}): "
-                               "save the model again.") from None
-    return find_record(config)
 
 
 def _check_converter_needs() -> None:

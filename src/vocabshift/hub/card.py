@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -14,7 +13,9 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import httpx
 
 from .._typing import Model
-from ..errors import ModelFolderError, RecordError
+from ..arguments import check_repo_id
+from ..errors import InvalidArgumentTypeError, RecordError
+from ..headers import read_config
 from ..record import ExtensionRecord, require_record
 from ._body import body, hub_id
 
@@ -57,8 +58,10 @@ def model_card(
         `huggingface_hub.ModelCard`: save it with `card.save(folder / "README.md")`.
 
     Raises:
-        `ModelFolderError`: the folder has no `config.json`.
+        `ModelFolderError`: the folder has no `config.json`, or a corrupted one.
         `RecordError`: the model carries no vocabshift record.
+        `InvalidArgumentError`: `repo_id` is not a Hub repo id (`InvalidArgumentTypeError`: an option of the wrong
+            type).
 
     Example:
         ```python
@@ -66,6 +69,7 @@ def model_card(
         >>> card.save("out/smollm2-ru/README.md")
         ```
     """
+    _check_options(repo_id=repo_id, base_model=base_model, language=language, license=license, datasets=datasets)
     config, folder, name = _source(folder_or_model)
     record = require_record(config, what=name,
                             fix="a card can only describe a model saved after extend_vocabulary.")
@@ -92,15 +96,30 @@ def _source(folder_or_model: Any) -> tuple[dict[str, Any], Path | None, str]:
     """`(config dict, folder or None, name)` of a folder or an in-memory model."""
     if isinstance(folder_or_model, (str, os.PathLike)):
         folder = Path(folder_or_model)
-        if not (folder / "config.json").is_file():
-            raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained "
-                                   "after extend_vocabulary (or the model itself).")
-        return json.loads((folder / "config.json").read_text(encoding="utf-8")), folder, folder.resolve().name
+        return read_config(folder), folder, folder.resolve().name
     config = getattr(folder_or_model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
         raise RecordError(f"model_card got a {type(folder_or_model).__name__}: pass a model folder or a model.")
     name = str(getattr(folder_or_model, "name_or_path", "") or "model").rstrip("/").split("/")[-1]
     return config.to_dict(), None, name
+
+
+_EXAMPLES = {"base_model": "'HuggingFaceTB/SmolLM2-135M'", "language": "'ru' or ['ru', 'en']",
+             "datasets": "['HuggingFaceFW/fineweb-2']"}
+
+
+def _check_options(*, repo_id: Any, license: Any, **names: Any) -> None:
+    """`repo_id` a Hub repo id, `license` a string, the other options a string or a list of strings (or None)."""
+    if repo_id is not None:
+        check_repo_id(repo_id)
+    if license is not None and not (isinstance(license, str) and license):
+        raise InvalidArgumentTypeError(f"license={license!r} is invalid: pass a Hub license id, e.g. 'apache-2.0'.")
+    for name, value in names.items():
+        values = [value] if isinstance(value, str) else value
+        if value is not None and not (isinstance(values, (list, tuple)) and values
+                                      and all(isinstance(v, str) and v for v in values)):
+            raise InvalidArgumentTypeError(f"{name}={value!r} is invalid: pass a string or a list of strings, e.g. "
+                                           f"{_EXAMPLES[name]}.")
 
 
 def _default_base(record: ExtensionRecord) -> str | list[str] | None:

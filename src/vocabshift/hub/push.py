@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import os
 import re
@@ -11,17 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 
-from ..arguments import check_flag, check_path, check_token
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError, UnsafeWeightsError
-from ..headers import check_folder_files
+from ..arguments import check_flag, check_path, check_repo_id, check_token
+from ..errors import InvalidArgumentError, ModelFolderError, UnsafeWeightsError
+from ..headers import check_folder_files, read_config
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
 from ..vocab.spm_file import sentencepiece_mismatch
 from .card import model_card
 
-__all__ = ["check_repo_id", "check_revision", "push_to_hub"]
+__all__ = ["check_revision", "push_to_hub"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,30 +140,7 @@ def _check_folder(folder: Path, files: list[str]) -> None:
         raise ModelFolderError(
             f"{str(folder)!r} lacks config.json or *.safetensors weights: pass a folder written by save_pretrained."
         )
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
-        config = None
-    if not isinstance(config, dict):
-        raise ModelFolderError(f"{str(folder / 'config.json')!r} is not a JSON object: it is corrupted; save the "
-                               "model again.")
-
-
-def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
-    """`repo_id` itself if it is a Hub repo id (`name` or `namespace/name`), checked locally, without a request.
-
-    Raises:
-        `InvalidArgumentError`: not a repo id (`InvalidArgumentTypeError`: not a string).
-    """
-    if not isinstance(repo_id, str):
-        raise InvalidArgumentTypeError(f"{argument}={repo_id!r} is a {type(repo_id).__name__}: pass the repo id as a "
-                                       "string, 'namespace/name' or 'name'.")
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as error:
-        raise InvalidArgumentError(f"{argument}={repo_id!r} is not a Hub repo id ({error}): pass 'namespace/name' "
-                                   "or 'name', e.g. 'me/smollm2-ru'.") from None
-    return repo_id
+    read_config(folder)
 
 
 def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revision: Any, commit_message: Any) -> None:

@@ -19,7 +19,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import read_header
+from ..headers import read_config, read_header
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 
@@ -59,7 +59,7 @@ class Source:
                              "is incomplete; upload it again.") from None
 
     def config(self) -> dict[str, Any]:
-        return json.loads(self.file("config.json").read_text(encoding="utf-8"))
+        return read_config(self.file("config.json").parent)
 
 
 def open_source(value: str | os.PathLike, *, role: str, revision: str | None, token: str | bool | None) -> Source:
@@ -77,6 +77,7 @@ def open_source(value: str | os.PathLike, *, role: str, revision: str | None, to
         if not (path / "config.json").is_file():
             raise ModelFolderError(f"{role}={str(value)!r} has no config.json: pass a folder written by "
                                    "save_pretrained, or a Hub repo id.")
+        read_config(path)  # a JSON object, or the error says it is corrupted
         files = tuple(sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()))
         return Source(role, str(value), path, files)
     return _hub_source(str(value), role, revision, token)

@@ -13,14 +13,14 @@ import torch
 
 from .._typing import Model, Tokenizer, TokenizerLike
 from ..arguments import check_count, check_texts, is_int
-from ..embeddings import Embeddings, check_tokenizer, find_embeddings
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
+from ..embeddings import check_tokenizer
+from ..errors import InvalidArgumentError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import default_prefix, text_bytes, token_nll
+from .metrics import check_causal_lm, default_prefix, text_bytes, token_nll
 
-__all__ = ["Evaluation", "ModelScores", "check_causal_lm", "eval_mode", "evaluate"]
+__all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -150,22 +150,6 @@ def evaluate(
                       _checked_tokenizer(original_model, original_tokenizer, context_length, prefix="original_")))
     scores = tuple(_score(label, m, t, texts, options) for label, m, t in pairs)
     return Evaluation(scores, len(texts), text_bytes(texts))
-
-
-def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
-    """`model`'s embeddings, once it is known to be a loaded model with an LM head (what held-out scoring needs).
-
-    Raises:
-        `InvalidArgumentTypeError`: not a model. `UnsupportedModelError`: no LM head, or weights not loaded.
-    """
-    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise InvalidArgumentTypeError(f"{argument} is a {type(model).__name__}: pass a loaded causal LM, e.g. "
-                                       "AutoModelForCausalLM.from_pretrained(folder).")
-    embeddings = find_embeddings(model)
-    if embeddings.head is None:
-        raise UnsupportedModelError(f"{argument} ({type(model).__name__}) has no LM head: held-out scoring needs a "
-                                    "causal language model; load it with AutoModelForCausalLM.")
-    return embeddings
 
 
 def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, *, prefix: str) -> Any:

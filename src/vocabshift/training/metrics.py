@@ -16,10 +16,11 @@ from huggingface_hub.utils import tqdm
 
 from .._typing import Model, Tokenizer
 from ..arguments import check_count, check_texts
-from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError
+from ..embeddings import Embeddings, find_embeddings
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
+from ..vocab.load import load_tokenizer
 
-__all__ = ["bits_per_byte", "default_prefix", "text_bytes", "token_nll"]
+__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "text_bytes", "token_nll"]
 
 
 @torch.no_grad()
@@ -47,8 +48,12 @@ def token_nll(
     Raises:
         `InvalidArgumentError`: `texts` is empty, `context_length` below 2, `batch_size` below 1, `prefix_token_id`
             not a row of the model, or the tokenizer has no bos or eos and no `prefix_token_id` is given.
-        `InvalidArgumentTypeError`: `texts` is not a list of strings, or a count is not an int.
+        `InvalidArgumentTypeError`: `texts` is not a list of strings, `model` not a model, or a count not an int.
+        `UnsupportedModelError`: a model without an LM head or with weights not loaded.
+        `InvalidTokenizerError`: `tokenizer` is not a fast tokenizer.
     """
+    check_causal_lm(model, argument="model")
+    tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
     _check_texts(texts)
     check_count(context_length, name="context_length", minimum=2)
     check_count(batch_size, name="batch_size")
@@ -59,6 +64,22 @@ def token_nll(
     losses = _batched_nll(model, windows, batch_size)
     ids = torch.tensor([token for text in encoded for token in text], dtype=torch.long, device="cpu")
     return ids, torch.cat(losses) if losses else torch.zeros(0, device="cpu")
+
+
+def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
+    """`model`'s embeddings, once it is known to be a loaded model with an LM head (what held-out scoring needs).
+
+    Raises:
+        `InvalidArgumentTypeError`: not a model. `UnsupportedModelError`: no LM head, or weights not loaded.
+    """
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise InvalidArgumentTypeError(f"{argument} is a {type(model).__name__}: pass a loaded causal LM, e.g. "
+                                       "AutoModelForCausalLM.from_pretrained(folder).")
+    embeddings = find_embeddings(model)
+    if embeddings.head is None:
+        raise UnsupportedModelError(f"{argument} ({type(model).__name__}) has no LM head: held-out scoring needs a "
+                                    "causal language model; load it with AutoModelForCausalLM.")
+    return embeddings
 
 
 def bits_per_byte(

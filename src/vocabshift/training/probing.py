@@ -19,9 +19,9 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
-from ..arguments import check_count, check_rate, check_texts
+from ..arguments import check_count, check_path, check_rate, check_texts
 from ..embeddings import find_embeddings
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
 from ..record import get_record
 from ..registry import build_config, get_method
@@ -34,8 +34,8 @@ from .distill.pieces import first_pieces, piece_tree
 from .distill.schedule import TeacherSchedule
 from .distill.teacher import Teacher
 from .distill.weights import DistillationWeights
-from .evaluation import check_causal_lm, eval_mode
-from .metrics import bits_per_byte
+from .evaluation import eval_mode
+from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
 from .texts import pack_texts
 
@@ -156,6 +156,7 @@ def probe(
         `InvalidArgumentError`: texts that are not non-empty lists of strings, counts below 1, a context below 2
             tokens, rates that are not finite and positive, a negative seed, bad rows, an unknown method in
             `method_options`, too little training text.
+        `ModelFolderError`: an `output_dir` that is a file.
         `ImportError`: `output_dir` without matplotlib.
         `VocabShiftError`: what `extend_vocabulary` raises for bad tokenizers.
 
@@ -182,8 +183,9 @@ def probe(
     check_rate(weight_decay, name="weight_decay", positive=False)
     if rows not in ROW_CHOICES:
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
-    if output_dir is not None:
-        require_matplotlib()  # fail now, not after the whole run, if matplotlib is missing
+    if output_dir is not None:  # fail now, not after the whole run
+        _check_output(check_path(output_dir, name="output_dir"))
+        require_matplotlib()
     check_causal_lm(model, argument="model")
     new_tokenizer = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
@@ -283,6 +285,12 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
             if step % eval_every == 0 or step == len(data.batches):
                 curve.append((step, score()))
     return curve
+
+
+def _check_output(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise ModelFolderError(f"output_dir={str(folder)!r} is a file: pass a folder, where probe writes probe.md and "
+                               "probe.png.")
 
 
 def _write(result: ProbeResult, folder: Path) -> ProbeResult:

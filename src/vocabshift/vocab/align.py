@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from huggingface_hub.utils import tqdm
 
 from .._typing import Tokenizer
+from ..arguments import check_flag
 from .forms import Family, TokenForm, backend_state, detect_family, token_forms
 from .load import load_tokenizer
 from .segment import Segmenter
@@ -50,11 +51,19 @@ def align(source: Tokenizer, target: Tokenizer, *, keep_source_ids: bool = False
         target: the tokenizer the model will use.
         keep_source_ids (`bool`, defaults to `False`): `target` extends `source` with the same ids for every
             source token (extend mode), so that shared pairs are the identity on the source ids.
+        new (*optional*): the new tokenizer `target` was merged from; the alignment keeps its token forms (for the
+            methods that read the new vocabulary as the user gave it).
 
     Returns:
         `Alignment`
+
+    Raises:
+        `InvalidTokenizerError`, `TokenizerLoadError`: `source`, `target` or `new` is not a fast tokenizer (or its
+            path). `InvalidArgumentTypeError`: `keep_source_ids` is not True or False.
     """
     source, target = load_tokenizer(source, argument="source"), load_tokenizer(target, argument="target")
+    check_flag(keep_source_ids, name="keep_source_ids")
+    new = None if new is None else load_tokenizer(new, argument="new")
     source_state = backend_state(source)
     source_forms = token_forms(source, source_state)
     target_state = backend_state(target)

@@ -28,6 +28,7 @@ from transformers import AutoTokenizer
 
 from .._typing import Tokenizer as FastTokenizer
 from .._typing import TokenizerLike
+from ..arguments import check_flag
 from ..corpus import text_lines
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
 from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, drop_unreachable, next_id, splice_bpe
@@ -101,9 +102,11 @@ def merge_tokenizers(
 
     Raises:
         `IncompatibleTokenizerError`: if the two tokenizer models are of different kinds.
-        `InvalidArgumentError`: `keep_source_segmentation` without `source_texts`.
+        `InvalidArgumentError`: `keep_source_segmentation` without `source_texts` (`InvalidArgumentTypeError`: not
+            True or False).
         `CorpusError`: `target_texts` or `source_texts` is a string, holds a non-string or no text at all.
     """
+    check_flag(keep_source_segmentation, name="keep_source_segmentation")
     source, new = load_tokenizer(source, argument="source"), load_tokenizer(new, argument="new")
     target_texts = None if target_texts is None else text_lines(target_texts, name="target_texts")
     source_texts = None if source_texts is None else text_lines(source_texts, name="source_texts")

@@ -165,14 +165,18 @@ class EmbeddingOnlyCallback(TrainerCallback):
         run = self._run
         if run.ids is not None and not run.rows.is_split:
             raise TrainingSetupError(
-                "This Trainer has trained once, or a later Trainer took the model over, and EmbeddingOnlyCallback "
-                "folded its rows back: build a new Trainer (with a new callback) to train again."
+                "This Trainer has trained once, a later Trainer took the model over, or its callbacks hold a second "
+                "EmbeddingOnlyCallback, and EmbeddingOnlyCallback folded its rows back: build a new Trainer with one "
+                "new callback to train again."
             )
         check_optimizer(optimizer, model, self._trainable())
         if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
             self.check_checkpoint(checkpoint_folder(args, state))
             check_optimizer_state(optimizer, self.training_setup())
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
+        if self.second_stage is not None and self.second_stage.after_step >= state.max_steps:
+            logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
+                           f"{state.max_steps}: the body never trains in this run; lower after_step or train longer.")
         self._maybe_open_gate(state)
         run.head = None
         if self.head_learning_rate is not None:

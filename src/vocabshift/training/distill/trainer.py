@@ -52,7 +52,20 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
 
 
-def _check_types(weights: Any, teacher_model: Any) -> None:
+def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
+    if isinstance(train_dataset, (str, bytes)):
+        raise InvalidArgumentTypeError(f"train_dataset is a {type(train_dataset).__name__}: pass a list of strings, "
+                                       "or a dataset with a 'text' column of strings.")
+    collator = kwargs.get("data_collator")
+    if collator is not None and not isinstance(collator, DistillationCollator):
+        raise InvalidArgumentTypeError(
+            f"data_collator is a {type(collator).__name__}: DistillationTrainer reads raw text through a "
+            "DistillationCollator (the student's and the teacher's cut of each text); leave data_collator out, or "
+            "pass a DistillationCollator."
+        )
+    if sum(isinstance(c, EmbeddingOnlyCallback) for c in kwargs.get("callbacks") or []) > 1:
+        raise TrainingSetupError("callbacks holds more than one EmbeddingOnlyCallback: pass one, with the rows to "
+                                 "train.")
     if weights is not None and not isinstance(weights, DistillationWeights):
         raise InvalidArgumentTypeError(f"weights is a {type(weights).__name__}: pass a DistillationWeights, or None "
                                        "for the defaults.")
@@ -120,13 +133,14 @@ class DistillationTrainer(Trainer):
 
     Raises:
         `TrainingSetupError`: no `EmbeddingOnlyCallback` and no `teacher_model` (the body would train and the
-            teacher drift with it), or replace mode on a model that does not carry its original rows (loaded from a
-            folder) without `teacher_model`.
+            teacher drift with it), more than one, or replace mode on a model that does not carry its original rows
+            (loaded from a folder) without `teacher_model`.
         `RecordError`: the model carries no ExtensionRecord.
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
-        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off).
+        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off). `InvalidArgumentTypeError`: a
+            `train_dataset` that is one string, a `data_collator` that is not a `DistillationCollator`.
 
     Example:
         ```python
@@ -143,7 +157,7 @@ class DistillationTrainer(Trainer):
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
-        _check_types(weights, teacher_model)
+        _check_types(weights, teacher_model, train_dataset, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
         processing_class = load_tokenizer(processing_class, argument="processing_class")
