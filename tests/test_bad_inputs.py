@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from peft import LoraConfig
 from transformers import Trainer, TrainingArguments
 
 import vocabshift
@@ -406,6 +407,9 @@ API = {
     "align keep_source_ids='yes'": (lambda w: vocabshift.align(w.source, w.new, keep_source_ids="yes"),
                                     E.InvalidArgumentTypeError, "keep_source_ids='yes'"),
     "align new=42": (lambda w: vocabshift.align(w.source, w.new, new=42), E.InvalidTokenizerError, "new is a int"),
+    "LoRA on no module of the model": (_callback_trainer(second_stage=SecondStage(
+        after_step=1, lora=LoraConfig(r=2, target_modules=["nonexistent"]))), E.InvalidArgumentError,
+        "LoraConfig(target_modules={'nonexistent'}) names no module of Qwen2ForCausalLM"),
     "WordVectors level='chars'": (lambda w: vocabshift.WordVectors(["a"], [[1.0]], level="chars"),
                                   E.InvalidArgumentError, "level='chars' is invalid"),
 }

@@ -64,12 +64,25 @@ def inject_lora(model: Model, config: Any, *, seed: int) -> Any:
 
     Returns:
         The peft tuner (keep it for `merge_lora`).
+
+    Raises:
+        `InvalidArgumentError`: the config's `target_modules` name no module of `model`.
     """
     from peft.tuners.lora import LoraModel
+    from peft.utils.error import NoMatchingPeftModuleError
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return LoraModel(model, config, "default")
+        try:
+            return LoraModel(model, config, "default")
+        except NoMatchingPeftModuleError:
+            head = model.get_output_embeddings()
+            linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                             if isinstance(module, torch.nn.Linear) and module is not head})
+            raise InvalidArgumentError(
+                f"SecondStage's LoraConfig(target_modules={config.target_modules!r}) names no module of "
+                f"{type(model).__name__}: pass names of its linear layers, e.g. {linear[:6]}."
+            ) from None
 
 
 def merge_lora(tuner: Any) -> None:
