@@ -472,6 +472,9 @@ CLI = {
     "probe into the model's folder": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean",
                                        "--output-dir", "{extended}/probe"], "is inside the input model="),
     "card into a folder": (["card", "{extended}", "--output", "{root}/junk"], "junk' is a folder"),
+    "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
+                                            "--option", "word_vectors={root}/junk/notes.txt"],
+                                           "is a folder holding the input --option word_vectors="),
 }
 
 

@@ -104,8 +104,10 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
         "tokens-per-word figures of the record"),
 )
 def cmd_extend(args: argparse.Namespace) -> int:
+    files = {f"--option {key}": value for key, value in args.option if isinstance(value, str)}  # e.g. word_vectors
     check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
-                 source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts)
+                 source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts,
+                 **files)
     source_texts = read_texts(args.source_texts) if args.source_texts else None
     target_texts = read_texts(args.target_texts, name="--target-texts") if args.target_texts else None
     model = load_model(args.model)

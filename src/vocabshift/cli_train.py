@@ -68,14 +68,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     tokenizer = model_tokenizer(args.model)
     model = load_model(args.model)
     with tempfile.TemporaryDirectory() as work:
-        # the Trainer's bar follows huggingface_hub's switch as vocabshift's do; pinned memory only for a GPU (torch
-        # warns about it on a CPU, where the user of the command cannot turn it off)
-        options = TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
-                                    learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed,
-                                    logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[],
-                                    disable_tqdm=are_progress_bars_disabled(),
-                                    dataloader_pin_memory=torch.cuda.is_available())
-        trainer = _trainer(args, model, tokenizer, texts, options)
+        trainer = trainer_for(args, model, tokenizer, texts, training_arguments(args, work))
         trainer.train()
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     with atomic_folder(args.output_dir) as folder:
@@ -88,7 +81,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trainer(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
+def training_arguments(args: argparse.Namespace, work: str) -> TrainingArguments:
+    """The Trainer's arguments of a `vocabshift train` run (benchmarks/bench_cli_train.py trains with them too)."""
+    # the Trainer's bar follows huggingface_hub's switch as vocabshift's do; pinned memory only for a GPU (torch warns
+    # about it on a CPU, where the user of the command cannot turn it off)
+    return TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
+                             learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed,
+                             logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[],
+                             disable_tqdm=are_progress_bars_disabled(),
+                             dataloader_pin_memory=torch.cuda.is_available())
+
+
+def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
     callbacks = [EmbeddingOnlyCallback(rows=args.rows, command=["vocabshift", *args.argv])]  # as it was run
     if _objective(args, model) == "next_token":
         blocks = pack_texts(texts, tokenizer, max_length=args.context_length, blocks=True)
@@ -121,7 +125,8 @@ def _objective(args: argparse.Namespace, model: Model) -> str:
     """`--objective`, with `auto` resolved: distillation where a teacher is at hand without loading anything but
     the original tokenizer (the model itself, fed the old ids, when only new rows train in extend mode), or where
     `--teacher-model` gives one; cross-entropy otherwise. Distillation is ahead per step to step 100 in every
-    language measured, and ahead per second early in runs where the original model knows the language
+    language measured, and ahead per second early in runs where the original model knows the language; at this
+    command's defaults (a learning rate decaying to 0) also on Vietnamese, where it is behind at a constant rate
     (docs/distill.md, "Which objective when")."""
     if args.objective != "auto":
         return str(args.objective)
