@@ -21,9 +21,9 @@ from pathlib import Path
 
 from ._typing import Model, Tokenizer
 from .arguments import check_path, check_shard_size
-from .embeddings import check_tokenizer, find_embeddings
-from .errors import InvalidArgumentTypeError, ModelFolderError
+from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError
 from .record import find_record
+from .vocab.load import fingerprint
 from .vocab.spm_file import save_sentencepiece
 
 __all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic",
@@ -102,8 +102,8 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
         `ModelFolderError`: see `atomic_folder`.
         `InvalidArgumentError`: a `max_shard_size` that is not a size, a model or tokenizer without
             `save_pretrained`, a folder that is not a path (`InvalidArgumentTypeError` for wrong types).
-        `TokenizerMismatchError`: for a model that carries an ExtensionRecord, a tokenizer that is not the one its
-            last `extend_vocabulary` call returned (e.g. the original or the new tokenizer).
+        `TokenizerMismatchError`: for a model that carries an ExtensionRecord, the tokenizer it was extended from or
+            the new one given to `extend_vocabulary`, in place of the one that call returned.
 
     Example:
         ```python
@@ -117,13 +117,29 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
                                            "a transformers model and its tokenizer (or tokenizer=None).")
     options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
                                                                                      name="max_shard_size")}
-    if tokenizer is not None and find_record(model) is not None:  # the record knows which tokenizer is the model's
-        check_tokenizer(model, tokenizer, find_embeddings(model).num_rows, argument="tokenizer")
+    _check_not_swapped(model, tokenizer)
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:
             save_tokenizer(tokenizer, temporary)
     return Path(folder)
+
+
+def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
+    """Refuse the two tokenizers most easily saved by mistake next to an extended model: the one it was extended from
+    and the new one given to `extend_vocabulary` (a tokenizer changed after `extend_vocabulary` is saved as it is)."""
+    record = find_record(model)
+    if tokenizer is None or record is None or not hasattr(tokenizer, "backend_tokenizer"):
+        return
+    found = fingerprint(tokenizer)
+    swapped = {record.source_tokenizer_sha256: "the tokenizer the model was extended from",
+               record.new_tokenizer_sha256: "the new tokenizer given to extend_vocabulary"}
+    if found != record.tokenizer_sha256 and found in swapped:
+        raise TokenizerMismatchError(
+            f"tokenizer is {swapped[found]}, not the one extend_vocabulary returned (the model's record names its "
+            f"fingerprint, {record.tokenizer_sha256[:12]}...): save the tokenizer extend_vocabulary returned, whose "
+            "ids the new rows belong to."
+        )
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
