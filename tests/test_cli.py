@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM
 
@@ -85,21 +84,6 @@ def test_extend_with_target_texts(base_folder, tokenizers_ru, ru_lines, tmp_path
     missing = run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(tmp_path / "x"), "--target-texts",
                   str(tmp_path / "none.txt"), check=False)
     assert missing.returncode == 1 and "--target-texts=" in missing.stderr and not (tmp_path / "x").exists()
-
-
-def test_extend_with_salt_and_a_helper_folder(base_folder, tokenizers_ru, token_vectors_ru, tmp_path):
-    """SALT from the command line: --option helper_model=FOLDER gives the rows the loaded helper gives."""
-    new, vectors = tokenizers_ru["sentencepiece"], token_vectors_ru["sentencepiece"]
-    new.save_pretrained(tmp_path / "ru-tokenizer")
-    helper = make_model("qwen2-tied", new)
-    vocabshift.save_pretrained_atomic(helper, new, tmp_path / "helper")
-    run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(tmp_path / "out"), "--method", "salt",
-        "--option", f"helper_model={tmp_path / 'helper'}", "--option", f"word_vectors={vectors.source}")
-    model = AutoModelForCausalLM.from_pretrained(base_folder)
-    model.extend_vocabulary(new, method="salt", helper_model=helper, word_vectors=vectors)
-    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
-    for name, weight in saved.state_dict().items():
-        assert torch.equal(weight, model.state_dict()[name]), name
 
 
 def test_inspect_finds_problems_and_exits_with_1(base_folder, tokenizers_ru, tmp_path):

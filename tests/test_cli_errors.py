@@ -89,15 +89,15 @@ def test_a_folder_without_config_or_tokenizer(folders, tmp_path, capsys, command
     assert code == 1 and "is neither a folder nor a Hub repo id" in err, err
     if command[0] != "extend":  # extend loads the model, and its tokenizer as source_tokenizer
         code, err = _run(argv(folders / "no-tokenizer"), capsys)
-        assert code == 1 and err.startswith(f"error: Could not load the tokenizer of model="
-                                            f"'{folders / 'no-tokenizer'}'")
+        assert code == 1 and err.startswith(f"error: model='{folders / 'no-tokenizer'}' holds no tokenizer "
+                                            "(tokenizer.json or tokenizer_config.json)"), err
     assert not (tmp_path / "out").exists()
 
 
 def test_the_original_model_of_evaluate_is_checked_too(folders, capsys):
     code, err = _run(["evaluate", folders / "model", folders / "texts.txt", "--original-model",
                       folders / "no-tokenizer"], capsys)
-    assert code == 1 and "error: Could not load the tokenizer of --original-model=" in err, err
+    assert code == 1 and "error: --original-model='" in err and "holds no tokenizer" in err, err
 
 
 def test_probe_with_more_held_out_lines_than_the_file_has(folders, capsys):

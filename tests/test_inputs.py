@@ -10,7 +10,7 @@ import torch
 
 import vocabshift
 from conftest import ROOT, make_model
-from vocabshift.errors import HelperModelError, MethodOptionError, ModelFolderError
+from vocabshift.errors import HelperModelError, MethodOptionError
 from vocabshift.inputs import helper_matrix, resolve_inputs
 from vocabshift.methods.focus import FocusConfig
 from vocabshift.methods.salt import SaltConfig
@@ -58,23 +58,6 @@ def test_a_method_called_directly_refuses_a_path(token_vectors_ru, tokenizers_en
     unresolved = FocusConfig(word_vectors=token_vectors_ru["bytelevel"].source)
     with pytest.raises(MethodOptionError, match="got word_vectors as a str, not a WordVectors: .*resolve_inputs"):
         spec.function(captured["context"], unresolved)
-
-
-def test_a_helper_folder_is_read_from_its_shards(tokenizers_ru, tokenizers_en, tmp_path):
-    """A saved helper (the command line's `--option helper_model=FOLDER`) gives the matrix the loaded model gives,
-    and its saved tokenizer is checked against the new one."""
-    new = tokenizers_ru["bytelevel"]
-    helper = make_model("qwen2-tied", new)
-    vocabshift.save_pretrained_atomic(helper, new, tmp_path / "helper")
-    vectors = vocabshift.WordVectors(["a"], [[1.0]])
-    config = resolve_inputs(SaltConfig(helper_model=str(tmp_path / "helper"), word_vectors=vectors), new)
-    assert torch.equal(config.helper_model, helper.get_input_embeddings().weight.detach().float())
-    other = tokenizers_en["bytelevel"]
-    vocabshift.save_pretrained_atomic(make_model("qwen2-tied", other), other, tmp_path / "english")
-    with pytest.raises(HelperModelError, match="has \\d+ embedding rows but new_tokenizer has \\d+ tokens"):
-        resolve_inputs(SaltConfig(helper_model=tmp_path / "english", word_vectors=vectors), new)
-    with pytest.raises(ModelFolderError, match="helper_model='.*nowhere' is neither a local model folder"):
-        resolve_inputs(SaltConfig(helper_model=str(tmp_path / "nowhere"), word_vectors=vectors), new)
 
 
 def test_the_helper_model_becomes_its_checked_matrix(tokenizers_ru, tokenizers_en):

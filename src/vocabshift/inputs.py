@@ -1,16 +1,15 @@
 """What a method's options name, resolved before the method runs: methods read no file and train nothing.
 
 `extend_vocabulary` calls `resolve_inputs` on the method's config: options named `word_vectors` (a path) are loaded,
-`corpus` (text) becomes token-level fastText vectors trained on it (cached), and `helper_model` (a model, or a saved
-model's folder or Hub id) becomes its input embedding matrix, checked against the new tokenizer. A registered method
-with options of those names gets them resolved the same way.
+`corpus` (text) becomes token-level fastText vectors trained on it (cached), and `helper_model` (a model) becomes
+its input embedding matrix, checked against the new tokenizer. A registered method with options of those names gets
+them resolved the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,7 +18,6 @@ import torch
 from ._typing import Tokenizer
 from .embeddings import input_matrix
 from .errors import HelperModelError
-from .propagation.core import open_model
 from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
 __all__ = ["helper_matrix", "resolve_inputs"]
@@ -51,20 +49,11 @@ def resolve_inputs(config: Config, new_tokenizer: Tokenizer) -> Config:
 def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
     """The helper's input embeddings `(rows, hidden)`, float32, whose row i belongs to token id i of `tokenizer`.
 
-    `helper` is a model, its input embedding matrix, or a saved model's folder or Hub id, of which only the input
-    embedding matrix is read from the safetensors shards (the command line passes it so).
-
     Raises:
         `HelperModelError`: if the helper has no input embeddings, too few rows for `tokenizer`, far more rows than
             it (another tokenizer's model), or a saved tokenizer whose vocabulary differs from `tokenizer`'s.
-        `ModelFolderError`, `ShardError`: a folder or Hub id without readable safetensors weights.
     """
-    if isinstance(helper, (str, os.PathLike)):
-        saved = open_model(helper, "helper_model", None, None)
-        matrix, folder = saved.input.gather(torch.arange(saved.input.rows)), saved.source.folder
-    else:
-        matrix = helper if isinstance(helper, torch.Tensor) else _input_embeddings(helper)
-        folder = Path(str(getattr(helper, "name_or_path", "") or ""))
+    matrix = helper if isinstance(helper, torch.Tensor) else _input_embeddings(helper)
     if matrix.dim() != 2 or not matrix.is_floating_point():
         raise HelperModelError(
             f"helper_model embeddings have shape {tuple(matrix.shape)} and dtype {matrix.dtype}: pass a model with a "
@@ -76,7 +65,7 @@ def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
             f"helper_model has {rows} embedding rows but new_tokenizer has {size} tokens: its vocabulary does not "
             "match. Pass a helper trained with new_tokenizer, or new_tokenizer=<the helper's tokenizer>."
         )
-    _check_saved_vocabulary(folder, tokenizer)
+    _check_saved_vocabulary(helper, tokenizer)
     return matrix.detach().float()
 
 
@@ -90,8 +79,9 @@ def _input_embeddings(helper: Any) -> torch.Tensor:
     return weight
 
 
-def _check_saved_vocabulary(folder: Path, tokenizer: Tokenizer) -> None:
-    """When the helper comes from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s."""
+def _check_saved_vocabulary(helper: Any, tokenizer: Tokenizer) -> None:
+    """When the helper was loaded from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s."""
+    folder = Path(str(getattr(helper, "name_or_path", "") or ""))
     path = folder / "tokenizer.json"
     if not str(folder) or not path.is_file():
         return

@@ -61,8 +61,7 @@ class SaltConfig:
 
     Attributes:
         helper_model: a target-language model whose tokenizer is the new tokenizer (any transformers model with
-            input embeddings: a small BERT, a small decoder), its saved folder or Hub id (only the input embedding
-            matrix is read, from the safetensors shards), or its input embedding matrix as a tensor whose row i
+            input embeddings: a small BERT, a small decoder), or its input embedding matrix as a tensor whose row i
             belongs to the new tokenizer's id i. `extend_vocabulary` reads the matrix and checks it against the new
             tokenizer before the method runs (`vocabshift.inputs.resolve_inputs`).
         word_vectors / corpus: as for `focus`: fastText vectors, or text to train token-level fastText on.
@@ -77,7 +76,7 @@ class SaltConfig:
             per-token fit alone, as in the paper.
     """
 
-    helper_model: PreTrainedModel | torch.Tensor | str | os.PathLike | None = None
+    helper_model: PreTrainedModel | torch.Tensor | None = None
     word_vectors: str | os.PathLike | WordVectors | None = None
     corpus: str | os.PathLike | Sequence[str] | None = None
     temperature: float = 32.0
@@ -90,8 +89,7 @@ class SaltConfig:
         if self.helper_model is None:
             raise MethodOptionError(
                 "Method 'salt' needs helper_model=...: a target-language model whose tokenizer is new_tokenizer "
-                "(any transformers model with input embeddings, or its folder or Hub id), or its input embedding "
-                "matrix as a tensor."
+                "(any transformers model with input embeddings), or its input embedding matrix as a tensor."
             )
         check_vector_options("salt", self.word_vectors, self.corpus)
         if self.ridge < 0 or not self.temperature > 0 or (self.max_anchors is not None and self.max_anchors < 1):

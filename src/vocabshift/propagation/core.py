@@ -28,7 +28,7 @@ from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_pl
 from .shards import Blocks, Matrix, copy_shard, read_vector, write_shard
 from .sources import find_layout, open_source
 
-__all__ = ["open_model", "propagate"]
+__all__ = ["propagate"]
 
 
 def propagate(
@@ -94,7 +94,7 @@ def propagate(
                "instruct": (instruct, instruct_revision)}
     _check_arguments(options, method, token, hardlink)
     target = _check_output_dir(output_dir)
-    models = {role: open_model(value, role, revision, token) for role, (value, revision) in options.items()}
+    models = {role: _model(value, role, revision, token) for role, (value, revision) in options.items()}
     record = _record(models["adapted"])
     check_facts(record, models["adapted"], models["base"], models["instruct"])
     check_rows(record, models["adapted"], models["base"], models["instruct"])
@@ -128,7 +128,7 @@ def _check_output_dir(output_dir: str | os.PathLike) -> Path:
     return target
 
 
-def open_model(value: Any, role: str, revision: str | None, token: str | bool | None) -> Model:
+def _model(value: Any, role: str, revision: str | None, token: str | bool | None) -> Model:
     """Open a source and its embedding matrices (downloads only the shards that hold them); no tokenizer yet."""
     source = open_source(value, role=role, revision=revision, token=token)
     layout = find_layout(source)
