@@ -442,6 +442,9 @@ CLI = {
     "extend unknown method": (["extend", "{extended}", "{extended}", "{root}/out", "--method", "nope"],
                               "Unknown method 'nope'"),
     "extend bad option": (["extend", "{extended}", "{extended}", "{root}/out", "--option", "foo"], "KEY=VALUE"),
+    "extend with a helper_model folder that is no model": (
+        ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option",
+         "helper_model={root}/junk", "--option", "word_vectors={root}/file.txt"], "has no config.json"),
     "train with missing texts": (["train", "{extended}", "{root}/nowhere.txt", "{root}/out"], "nowhere.txt"),
     "train into its own folder": (["train", "{extended}", "{root}/file.txt", "{extended}"],
                                   "is the folder of the input"),

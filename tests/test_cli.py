@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM
 
@@ -84,6 +85,29 @@ def test_extend_with_target_texts(base_folder, tokenizers_ru, ru_lines, tmp_path
     missing = run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(tmp_path / "x"), "--target-texts",
                   str(tmp_path / "none.txt"), check=False)
     assert missing.returncode == 1 and "--target-texts=" in missing.stderr and not (tmp_path / "x").exists()
+
+
+def test_extend_with_salt_and_a_helper_folder(base_folder, tokenizers_ru, tokenizers_en, token_vectors_ru, tmp_path):
+    """SALT from the command line: --option helper_model=FOLDER gives the rows the loaded helper gives; a helper
+    saved with another tokenizer is refused before anything is written."""
+    new, vectors = tokenizers_ru["sentencepiece"], token_vectors_ru["sentencepiece"]
+    new.save_pretrained(tmp_path / "ru-tokenizer")
+    helper = make_model("qwen2-tied", new)
+    vocabshift.save_pretrained_atomic(helper, new, tmp_path / "helper")
+    salt = ["--method", "salt", "--option", f"word_vectors={vectors.source}"]
+    run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(tmp_path / "out"), *salt, "--option",
+        f"helper_model={tmp_path / 'helper'}")
+    model = AutoModelForCausalLM.from_pretrained(base_folder)
+    model.extend_vocabulary(new, method="salt", helper_model=helper, word_vectors=vectors)
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    for name, weight in saved.state_dict().items():
+        assert torch.equal(weight, model.state_dict()[name]), name
+    other = tokenizers_en["sentencepiece"]
+    vocabshift.save_pretrained_atomic(make_model("qwen2-tied", other), other, tmp_path / "english")
+    refused = run("extend", str(base_folder), str(tmp_path / "ru-tokenizer"), str(tmp_path / "x"), *salt,
+                  "--option", f"helper_model={tmp_path / 'english'}", check=False)
+    assert refused.returncode == 1 and "helper_model's tokenizer" in refused.stderr, refused.stderr
+    assert "Loading weights" not in refused.stderr and not (tmp_path / "x").exists()  # refused before the model loads
 
 
 def test_inspect_finds_problems_and_exits_with_1(base_folder, tokenizers_ru, tmp_path):

@@ -60,6 +60,15 @@ def test_a_method_called_directly_refuses_a_path(token_vectors_ru, tokenizers_en
         spec.function(captured["context"], unresolved)
 
 
+def test_a_tensor_helper_is_not_checked_against_the_current_folder(tokenizers_ru, tokenizers_en, tmp_path,
+                                                                   monkeypatch):
+    """Only a helper loaded from a folder has a saved tokenizer to check; a tensor has none (not ./tokenizer.json)."""
+    tokenizers_en["bytelevel"].save_pretrained(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    matrix = make_model("qwen2-tied", tokenizers_ru["bytelevel"]).get_input_embeddings().weight
+    assert torch.equal(helper_matrix(matrix, tokenizers_ru["bytelevel"]), matrix.detach().float())
+
+
 def test_the_helper_model_becomes_its_checked_matrix(tokenizers_ru, tokenizers_en):
     helper = make_model("qwen2-tied", tokenizers_ru["bytelevel"])
     config = resolve_inputs(SaltConfig(helper_model=helper, word_vectors=vocabshift.WordVectors(["a"], [[1.0]])),

@@ -30,8 +30,9 @@ from .corpus import read_texts
 from .errors import InvalidArgumentError, VocabShiftError
 from .export import OUTTYPES, export_gguf
 from .hub import model_card, push_to_hub
+from .inputs import check_helper_vocabulary
 from .inspection import inspect_folder, record_summary
-from .propagation import METHODS, propagate
+from .propagation import METHODS, propagate, read_input_embeddings
 from .record import get_record, note_command
 from .registry import get_method, list_methods
 from .save import atomic_folder, atomic_write_text, save_pretrained_atomic
@@ -110,12 +111,13 @@ def cmd_extend(args: argparse.Namespace) -> int:
                  **files)
     source_texts = read_texts(args.source_texts) if args.source_texts else None
     target_texts = read_texts(args.target_texts, name="--target-texts") if args.target_texts else None
+    options = _method_options(args)
     model = load_model(args.model)
     tokenizer = model.extend_vocabulary(args.new_tokenizer, method=args.method, mode=args.mode,
                                         source_tokenizer=args.source_tokenizer,
                                         pad_to_multiple_of=args.pad_to_multiple_of, seed=args.seed,
                                         source_texts=source_texts, target_texts=target_texts,
-                                        keep_source_segmentation=args.keep_source_segmentation, **dict(args.option))
+                                        keep_source_segmentation=args.keep_source_segmentation, **options)
     note_command(model, ["vocabshift", *args.argv])  # the record keeps the command as it was run
     save_pretrained_atomic(model, tokenizer, args.output_dir, max_shard_size=args.max_shard_size)
     record = get_record(model)
@@ -123,6 +125,17 @@ def cmd_extend(args: argparse.Namespace) -> int:
           f"vocabulary {record.old_vocab_size:,} -> {record.new_vocab_size:,}, rows {record.old_num_rows:,} -> "
           f"{record.new_num_rows:,}")
     return 0
+
+
+def _method_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The --option values; `helper_model=PATH` (SALT's helper, which the API takes as a model or its matrix) becomes
+    the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it."""
+    options = dict(args.option)
+    if isinstance(options.get("helper_model"), str):
+        matrix, folder = read_input_embeddings(options["helper_model"], role="--option helper_model")
+        check_helper_vocabulary(folder, load_tokenizer(args.new_tokenizer, argument="new_tokenizer"))
+        options["helper_model"] = matrix
+    return options
 
 
 @subcommand(

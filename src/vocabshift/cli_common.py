@@ -97,10 +97,10 @@ def check_output(output: str, **inputs: str | None) -> None:
 def _check_model_path(path: str, argument: str) -> None:
     """A folder with config.json, or something that can be a Hub repo id (checked before anything is loaded)."""
     folder = Path(path)
-    if folder.is_dir() and not (folder / "config.json").is_file():
-        raise ModelFolderError(f"{argument}={path!r} has no config.json: pass a folder written by save_pretrained, "
-                               "or a Hub repo id.")
     if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise ModelFolderError(f"{argument}={path!r} has no config.json: pass a folder written by "
+                                   "save_pretrained, or a Hub repo id.")
         read_config(folder)  # a JSON object, or the error says it is corrupted
     if not folder.exists():
         try:

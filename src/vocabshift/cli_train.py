@@ -211,10 +211,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def _check_probe_output(args: argparse.Namespace) -> None:
     """--output-dir gets probe.md and probe.png: never inside an input folder, which vocabshift never modifies."""
-    target = None if args.output_dir is None else Path(args.output_dir).resolve()
+    target = Path(args.output_dir).resolve()
     for name in ("model", "new_tokenizer"):
         folder = Path(getattr(args, name))
-        if target is not None and folder.is_dir() and target.is_relative_to(folder.resolve()):
+        if folder.is_dir() and target.is_relative_to(folder.resolve()):
             raise InvalidArgumentError(f"--output-dir {args.output_dir!r} is inside the input {name}="
                                        f"{getattr(args, name)!r}, which vocabshift never modifies: pass another "
                                        "folder.")

@@ -20,7 +20,7 @@ from .embeddings import input_matrix
 from .errors import HelperModelError
 from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
-__all__ = ["helper_matrix", "resolve_inputs"]
+__all__ = ["check_helper_vocabulary", "helper_matrix", "resolve_inputs"]
 
 Config = TypeVar("Config")
 
@@ -65,7 +65,7 @@ def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
             f"helper_model has {rows} embedding rows but new_tokenizer has {size} tokens: its vocabulary does not "
             "match. Pass a helper trained with new_tokenizer, or new_tokenizer=<the helper's tokenizer>."
         )
-    _check_saved_vocabulary(helper, tokenizer)
+    check_helper_vocabulary(getattr(helper, "name_or_path", None), tokenizer)
     return matrix.detach().float()
 
 
@@ -79,11 +79,13 @@ def _input_embeddings(helper: Any) -> torch.Tensor:
     return weight
 
 
-def _check_saved_vocabulary(helper: Any, tokenizer: Tokenizer) -> None:
-    """When the helper was loaded from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s."""
-    folder = Path(str(getattr(helper, "name_or_path", "") or ""))
-    path = folder / "tokenizer.json"
-    if not str(folder) or not path.is_file():
+def check_helper_vocabulary(folder: str | Path | None, tokenizer: Tokenizer) -> None:
+    """When the helper comes from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s.
+
+    Raises:
+        `HelperModelError`: naming the first differing pieces.
+    """
+    if not folder or not (path := Path(folder, "tokenizer.json")).is_file():  # a tensor, a model built in memory
         return
     model = json.loads(path.read_text(encoding="utf-8"))["model"]
     vocab = model["vocab"]

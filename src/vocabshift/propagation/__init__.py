@@ -6,7 +6,7 @@ record) and `lineage` (per the rows themselves) -> `plan` (output vocabulary and
 (config, generation config, index, record).
 """
 
-from .core import propagate
+from .core import propagate, read_input_embeddings
 from .fit import METHODS
 
-__all__ = ["METHODS", "propagate"]
+__all__ = ["METHODS", "propagate", "read_input_embeddings"]

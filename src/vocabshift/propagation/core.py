@@ -28,7 +28,7 @@ from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_pl
 from .shards import Blocks, Matrix, copy_shard, read_vector, write_shard
 from .sources import find_layout, open_source
 
-__all__ = ["propagate"]
+__all__ = ["propagate", "read_input_embeddings"]
 
 
 def propagate(
@@ -126,6 +126,18 @@ def _check_output_dir(output_dir: str | os.PathLike) -> Path:
         raise OutputExistsError(f"output_dir={str(output_dir)!r} exists and is not an empty folder: pass a new or "
                                 "empty folder (propagate never overwrites).")
     return target
+
+
+def read_input_embeddings(value: str | os.PathLike, *, role: str) -> tuple[torch.Tensor, Path]:
+    """A saved model's input embedding matrix, read from its safetensors shards alone, and the model's folder.
+
+    For a model named by path or Hub id where the API takes its matrix (SALT's helper from the command line).
+
+    Raises:
+        `ModelFolderError`, `ShardError`: see `find_layout`.
+    """
+    model = _model(value, role, None, None)
+    return model.input.gather(torch.arange(model.input.rows)), model.source.folder
 
 
 def _model(value: Any, role: str, revision: str | None, token: str | bool | None) -> Model:
