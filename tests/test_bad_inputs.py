@@ -481,6 +481,35 @@ CLI = {
 }
 
 
+# Hub ids when the Hub does not answer: (argv, environment, what stderr must say).
+WITHOUT_HUB = {
+    "push to a Hub that does not answer": (["push", "{extended}", "me/x"],
+                                           {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused"},
+                                           "the Hub at http://127.0.0.1:9 could not be reached (ConnectError"),
+    "propagate a Hub id offline": (["propagate", "me/adapted", "{extended}", "{extended}", "{root}/out"],
+                                   {"HF_HUB_OFFLINE": "1"}, "adapted='me/adapted' is not a local folder, and the Hub "
+                                   "could not be asked for it (OfflineModeIsEnabled"),
+    "SALT helper by a Hub id that does not answer": (
+        ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option", "helper_model=me/helper",
+         "--option", "word_vectors={root}/file.txt"], {"HF_ENDPOINT": "http://127.0.0.1:9"},
+        "--option helper_model='me/helper' is not a local folder, and the Hub could not be asked for it (ConnectError"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WITHOUT_HUB))
+def test_cli_without_the_hub(w, case, tmp_path):
+    """A network failure is named as one (the Hub's address, what to check), not a raw httpx traceback."""
+    argv, environment, message = WITHOUT_HUB[case]
+    before = _state(w)
+    words = [word.format(root=w.root, extended=w.root / "extended") for word in argv]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    done = subprocess.run([sys.executable, "-m", "vocabshift", *words], capture_output=True, text=True, timeout=300,
+                          env={**env, "PYTHONPATH": str(ROOT / "src"), "HF_HOME": str(tmp_path),
+                               **environment})
+    assert done.returncode == 1 and "Traceback" not in done.stderr and message in done.stderr, done.stderr
+    assert _state(w)[2] == before[2] and not (w.root / "out").exists()
+
+
 @pytest.mark.parametrize("case", sorted(CLI))
 def test_cli(w, case):
     argv, message = CLI[case]

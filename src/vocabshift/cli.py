@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import transformers
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub import constants
+from huggingface_hub.errors import HfHubHTTPError, HTTPError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
 from .assemble import ROW_MULTIPLE
@@ -286,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except HTTPError as error:  # no answer from the Hub (HfHubHTTPError above is an answer: a refusal)
+        print(f"error: the Hub at {constants.ENDPOINT} could not be reached ({type(error).__name__}: {error}): check "
+              "the network, HF_ENDPOINT and the proxy settings.", file=sys.stderr)
         return 1
 
 

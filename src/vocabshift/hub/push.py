@@ -67,7 +67,8 @@ def push_to_hub(
         `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
         `ShardError`: a safetensors file is truncated or corrupted, or an index names a missing shard.
         `RecordError`: no `README.md` and no vocabshift record to generate one from.
-        `huggingface_hub.errors.HfHubHTTPError`: the Hub refused a request (e.g. no write access).
+        `huggingface_hub.errors.HfHubHTTPError`: the Hub refused a request (e.g. no write access); its base class
+            `huggingface_hub.errors.HTTPError` alone: the Hub could not be reached.
 
     Example:
         ```python

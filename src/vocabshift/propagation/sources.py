@@ -14,7 +14,14 @@ from typing import Any
 
 import transformers
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import EntryNotFoundError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HFValidationError,
+    HTTPError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 from huggingface_hub.utils import validate_repo_id
 
 from ..embeddings import embedding_names
@@ -91,6 +98,10 @@ def _hub_source(repo_id: str, role: str, revision: str | None, token: str | bool
         raise ModelFolderError(f"{role}={repo_id!r} is neither a local model folder nor a Hub repo that can be read "
                                f"({type(error).__name__}): check the path, the repo id, {role}_revision and the "
                                "token.") from None
+    except (HTTPError, OfflineModeIsEnabled) as error:  # no network, HF_HUB_OFFLINE, a server error
+        raise ModelFolderError(f"{role}={repo_id!r} is not a local folder, and the Hub could not be asked for it "
+                               f"({type(error).__name__}: {error}): check the path, or the network and HF_ENDPOINT."
+                               ) from None
     files = tuple(sorted(sibling.rfilename for sibling in info.siblings or []))
     source = Source(role, repo_id, Path(), files, repo_id, info.sha, token)
     if "config.json" not in files:
