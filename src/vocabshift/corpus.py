@@ -92,7 +92,8 @@ def read_texts(path: str | os.PathLike, *, name: str = "texts") -> list[str]:
     """
     path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"{name}={str(path)!r} does not exist: pass a UTF-8 .txt or .txt.xz file.")
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise CorpusError(f"{name}={str(path)!r} {what}: pass a UTF-8 .txt or .txt.xz file.")
     lines = [line for line in _file_lines(path, name=name) if line.strip()]
     if not lines:
         raise CorpusError(f"{name}={str(path)!r} holds no text: pass one document per line.")

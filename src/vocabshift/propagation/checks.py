@@ -64,7 +64,8 @@ def _same_facts(one: Model, other: Model, error: type[Exception], names: str, fi
 
 def lineage_fix(record: ExtensionRecord) -> str:
     """How to fix a lineage error: the source model the record names."""
-    return f"pass as base the model adapted was extended from (its record names {record.source_model or 'none'!r})."
+    named = f"its record names {record.source_model!r}" if record.source_model else "its record names no source model"
+    return f"pass as base the model adapted was extended from ({named})."
 
 
 def check_siblings(base: Model, instruct: Model) -> None:
