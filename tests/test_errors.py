@@ -169,7 +169,7 @@ def test_corrupted_tokenizer_file(setup, tmp_path):
 
 def test_missing_tokenizer_path(setup, tmp_path):
     model, source, _ = setup
-    _refused(model, errors.TokenizerLoadError, "Could not load new_tokenizer=", str(tmp_path / "nowhere"),
+    _refused(model, errors.TokenizerLoadError, "new_tokenizer=.*nowhere. does not exist", str(tmp_path / "nowhere"),
              source_tokenizer=source)
 
 

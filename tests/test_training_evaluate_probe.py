@@ -87,7 +87,7 @@ def test_evaluate_refuses_bad_input(pair, ru_held):
     ({"batch_size": True}, InvalidArgumentTypeError, "batch_size=True is a bool"),
     ({"model": "out/model"}, InvalidArgumentTypeError, "model is a str: pass a loaded causal LM"),
     ({"tokenizer": 3}, InvalidTokenizerError, "tokenizer is a int; pass a fast tokenizer"),
-    ({"tokenizer": "/no/such/tokenizer"}, TokenizerLoadError, "Could not load tokenizer='/no/such/tokenizer'"),
+    ({"tokenizer": "/no/such/tokenizer"}, TokenizerLoadError, "tokenizer='/no/such/tokenizer' does not exist"),
 ])
 def test_evaluate_refuses_bad_arguments(pair, ru_held, change, error, match):
     model, tokenizer, _, _ = pair

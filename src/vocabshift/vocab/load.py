@@ -12,7 +12,8 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .._typing import Tokenizer as FastTokenizer
-from ..errors import InvalidTokenizerError, TokenizerLoadError
+from ..arguments import check_repo_id
+from ..errors import InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
 
 __all__ = ["fingerprint", "load_tokenizer"]
 
@@ -47,6 +48,12 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
     path = Path(value)
     if not str(value):
         raise TokenizerLoadError(f"{argument} is an empty path; pass {_ACCEPTED}.")
+    if not path.exists():
+        try:
+            check_repo_id(str(value), argument=argument)
+        except InvalidArgumentError:
+            raise TokenizerLoadError(f"{argument}={str(value)!r} does not exist, and it is not a Hub repo id either: "
+                                     "check the path.") from None
     try:
         if path.is_file():
             return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))

@@ -74,6 +74,16 @@ def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: d
                                        "loaded (AutoModelForCausalLM.from_pretrained(...)), or None.")
 
 
+def _check_layer(layer: int, model: Any) -> None:
+    """`weights.layer` indexes the model's hidden states: the embeddings' output and one per layer."""
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if isinstance(layers, int) and not -(layers + 1) <= layer <= layers:
+        raise InvalidArgumentError(
+            f"weights.layer={layer} is outside the hidden states of {type(model).__name__} ({layers} layers: "
+            f"indexes -{layers + 1} to {layers}): pass one of those, e.g. -1 for the last layer."
+        )
+
+
 def _check_tokenizers(record: Any, student: Any, teacher: Any) -> None:
     """The student reads text with the tokenizer `extend_vocabulary` returned, the teacher with the one before it."""
     checks = (("processing_class", student, record.tokenizer_sha256, record.source_tokenizer_sha256,
@@ -159,6 +169,7 @@ class DistillationTrainer(Trainer):
                  max_length: int = 128, **kwargs: Any) -> None:
         _check_types(weights, teacher_model, train_dataset, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
+        _check_layer(self.weights.layer, teacher_model if teacher_model is not None else model)
         record = get_record(model)
         processing_class = load_tokenizer(processing_class, argument="processing_class")
         teacher_tokenizer = load_tokenizer(teacher_tokenizer, argument="teacher_tokenizer")
