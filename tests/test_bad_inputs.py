@@ -455,6 +455,13 @@ CLI = {
     "train steps=0": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--max-steps", "0"],
                       "--max-steps: '0' is not an integer"),
     "train a plain model": (["train", "{root}/junk", "{root}/file.txt", "{root}/out"], "has no config.json"),
+    "train next_token with teacher flags": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--objective",
+                                             "next_token", "--teacher-dtype", "float16", "--source-weight", "0"],
+                                            "--teacher-dtype, --source-weight apply to distillation only"),
+    "train all rows with a teacher share": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--rows", "all",
+                                             "--teacher-share", "0.5"],
+                                            "--teacher-share applies to distillation only, and this run trains with "
+                                            "cross-entropy (which --objective auto picks"),
     "propagate into existing data": (["propagate", "{extended}", "{extended}", "{extended}", "{root}/junk"],
                                      "output_dir="),
     "propagate a bad method": (["propagate", "{extended}", "{extended}", "{extended}", "{root}/out", "--method", "x"],

@@ -95,6 +95,7 @@ def training_arguments(args: argparse.Namespace, work: str) -> TrainingArguments
 def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
     callbacks = [EmbeddingOnlyCallback(rows=args.rows, command=["vocabshift", *args.argv])]  # as it was run
     if _objective(args, model) == "next_token":
+        _check_no_distillation_flags(args)
         blocks = pack_texts(texts, tokenizer, max_length=args.context_length, blocks=True)
         dataset = [{"input_ids": block, "labels": block} for block in blocks]
         return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
@@ -119,6 +120,19 @@ def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, te
                                teacher_dtype=_teacher_dtype(args.teacher_dtype), source_texts=source,
                                weights=DistillationWeights(teacher_share=args.teacher_share, source=args.source_weight),
                                callbacks=callbacks)
+
+
+def _check_no_distillation_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags only distillation reads when the run trains with cross-entropy: they would do nothing."""
+    defaults = {"teacher_tokenizer": None, "teacher_model": None, "teacher_share": DistillationWeights().teacher_share,
+                "teacher_dtype": "auto", "source_weight": DistillationWeights().source, "source_texts": None}
+    given = [f"--{name.replace('_', '-')}" for name, default in defaults.items() if getattr(args, name) != default]
+    if given:
+        why = "--objective next_token" if args.objective == "next_token" else (
+            "which --objective auto picks where the model itself is no teacher: replace mode, or --rows all")
+        raise InvalidArgumentError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to distillation "
+                                   f"only, and this run trains with cross-entropy ({why}): leave "
+                                   f"{'it' if len(given) == 1 else 'them'} out, or pass --objective distillation.")
 
 
 def _objective(args: argparse.Namespace, model: Model) -> str:
