@@ -28,6 +28,12 @@ __all__: list[str] = []
 _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
 
 
+# The flags only distillation reads, with their defaults: refused when a run trains with cross-entropy.
+_DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
+                       "teacher_share": DistillationWeights().teacher_share, "teacher_dtype": "auto",
+                       "source_weight": DistillationWeights().source, "source_texts": None}
+
+
 @subcommand(
     "train",
     "Embedding-only continued pretraining of a folder saved after extend_vocabulary: only the embeddings (and the "
@@ -48,13 +54,14 @@ _TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
              "mode, --rows new) or --teacher-model is given, next_token otherwise"),
     arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
     arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
-    arg("--teacher-share", type=SHARE, default=DistillationWeights().teacher_share,
+    arg("--teacher-share", type=SHARE, default=_DISTILLATION_FLAGS["teacher_share"],
         help="distillation: the most of the sequences the teacher reads; the trainer lowers it while the student "
              "passes the teacher (default: 0.25)"),
-    arg("--teacher-dtype", choices=("auto", "model", "bfloat16", "float16"), default="auto",
+    arg("--teacher-dtype", choices=("auto", "model", "bfloat16", "float16"),
+        default=_DISTILLATION_FLAGS["teacher_dtype"],
         help="distillation: the teacher's precision (autocast): auto (bfloat16 for a float32 model where the device "
              "computes it natively), model (the model's own), bfloat16 or float16"),
-    arg("--source-weight", type=NON_NEGATIVE_RATE, default=DistillationWeights().source,
+    arg("--source-weight", type=NON_NEGATIVE_RATE, default=_DISTILLATION_FLAGS["source_weight"],
         help="distillation: weight of the source-language text read at the output head (one sequence every eighth "
              "step), so that new tokens in the source's script keep off it; read only where they cut it differently "
              "(default: 1; 0: off)"),
@@ -124,9 +131,8 @@ def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, te
 
 def _check_no_distillation_flags(args: argparse.Namespace) -> None:
     """Refuse the flags only distillation reads when the run trains with cross-entropy: they would do nothing."""
-    defaults = {"teacher_tokenizer": None, "teacher_model": None, "teacher_share": DistillationWeights().teacher_share,
-                "teacher_dtype": "auto", "source_weight": DistillationWeights().source, "source_texts": None}
-    given = [f"--{name.replace('_', '-')}" for name, default in defaults.items() if getattr(args, name) != default]
+    given = [f"--{name.replace('_', '-')}" for name, default in _DISTILLATION_FLAGS.items()
+             if getattr(args, name) != default]
     if given:
         why = "--objective next_token" if args.objective == "next_token" else (
             "which --objective auto picks where the model itself is no teacher: replace mode, or --rows all")
