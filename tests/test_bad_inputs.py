@@ -416,6 +416,19 @@ API = {
         "LoraConfig(target_modules={'nonexistent'}) names no module of Qwen2ForCausalLM"),
     "WordVectors level='chars'": (lambda w: vocabshift.WordVectors(["a"], [[1.0]], level="chars"),
                                   E.InvalidArgumentError, "level='chars' is invalid"),
+    "gguf output_path=''": (lambda w: vocabshift.export_gguf(w.root / "extended", ""), E.InvalidArgumentError,
+                            "output_path is an empty path"),
+    "gguf under a file": (lambda w: vocabshift.export_gguf(w.root / "extended", w.root / "file.txt" / "out.gguf"),
+                          E.InvalidArgumentError, "file.txt/out.gguf' cannot be written: "),
+    "save under a file": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.extended_tokenizer,
+                                                                      w.root / "file.txt" / "a" / "out"),
+                          E.InvalidArgumentError, "file.txt' is a file, not a folder"),
+    "propagate under a file": (lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
+                                                              w.root / "extended", output_dir=w.root / "file.txt/o"),
+                               E.InvalidArgumentError, "file.txt/o' cannot be written"),
+    "probe under a file (before training)": (lambda w: vocabshift.probe(
+        w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"], steps=1, output_dir=w.root / "file.txt" / "probe"),
+        E.InvalidArgumentError, "file.txt' is a file, not a folder"),
 }
 
 
@@ -489,6 +502,10 @@ CLI = {
     "probe into the model's folder": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean",
                                        "--output-dir", "{extended}/probe"], "is inside the input model="),
     "card into a folder": (["card", "{extended}", "--output", "{root}/junk"], "junk' is a folder"),
+    "card under a file": (["card", "{extended}", "--output", "{root}/file.txt/README.md"],
+                          "file.txt/README.md' cannot be written"),
+    "extend under a file": (["extend", "{extended}", "{extended}", "{root}/file.txt/out"],
+                            "file.txt/out' cannot be written: "),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
                                             "--option", "word_vectors={root}/junk/notes.txt"],
                                            "is a folder holding the input --option word_vectors="),

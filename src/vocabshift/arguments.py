@@ -18,8 +18,8 @@ from huggingface_hub.utils import validate_repo_id
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_choice", "check_count", "check_flag", "check_path", "check_rate", "check_repo_id", "check_shard_size",
-           "check_texts", "check_token", "is_int"]
+__all__ = ["check_choice", "check_count", "check_flag", "check_output_path", "check_path", "check_rate",
+           "check_repo_id", "check_shard_size", "check_texts", "check_token", "is_int"]
 
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
@@ -91,8 +91,19 @@ def check_path(value: Any, *, name: str) -> Path:
         raise InvalidArgumentTypeError(f"{name}={value!r} is a {type(value).__name__}: pass a path (str or "
                                        "pathlib.Path).")
     if not str(value):
-        raise InvalidArgumentError(f"{name} is an empty path: pass a folder.")
+        raise InvalidArgumentError(f"{name} is an empty path: pass a path.")
     return Path(value)
+
+
+def check_output_path(value: Any, *, name: str) -> Path:
+    """`check_path` for a path to write: no existing file stands where one of its parent folders must be (checked
+    before any work, so that a long run does not end in a raw error when it writes)."""
+    path = check_path(value, name=name)
+    nearest = next((parent for parent in path.absolute().parents if parent.exists()), None)
+    if nearest is not None and not nearest.is_dir():
+        raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: {str(nearest)!r} is a file, not a "
+                                   "folder. Pass a path whose parent folders are folders or do not exist yet.")
+    return path
 
 
 def check_shard_size(value: Any, *, name: str) -> int | str:

@@ -24,6 +24,7 @@ from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, HTTPError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
+from .arguments import check_output_path
 from .assemble import ROW_MULTIPLE
 from .cli_common import SUBCOMMANDS, arg, check_output, load_model, subcommand
 from .cli_types import NON_NEGATIVE_INT, POSITIVE_INT, branch, repo_id, shard_size
@@ -188,7 +189,7 @@ def cmd_card(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(generated)
         return 0
-    output = Path(args.output or Path(args.folder) / "README.md")
+    output = check_output_path(args.output or Path(args.folder) / "README.md", name="--output")
     if output.is_dir():
         raise InvalidArgumentError(f"--output {args.output!r} is a folder: pass the file to write, e.g. "
                                    f"{str(output / 'README.md')!r}.")

@@ -91,7 +91,7 @@ def check_output(output: str, **inputs: str | None) -> None:
                 f" the input {name}={value!r}; the output folder is replaced as a whole, and vocabshift never "
                 "modifies its inputs. Pass another output folder."
             )
-    check_replaceable(output)
+    check_replaceable(output, name="output_dir")
 
 
 def _check_model_path(path: str, argument: str) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ._typing import Model, Tokenizer
-from .arguments import check_path, check_shard_size
+from .arguments import check_output_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError
 from .record import find_record
 from .vocab.load import fingerprint
@@ -149,13 +149,15 @@ def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tok
     save_sentencepiece(tokenizer, folder, like=like)
 
 
-def check_replaceable(folder: str | os.PathLike) -> Path:
-    """`folder` as a Path, if `atomic_folder` may replace it: a new or empty folder, or a saved model's.
+def check_replaceable(folder: str | os.PathLike, *, name: str = "folder") -> Path:
+    """`folder` as a Path, if `atomic_folder` may replace it: a new or empty folder, or a saved model's (`name`: the
+    argument's name in messages).
 
     Raises:
-        `ModelFolderError`: a file, or a non-empty folder without `config.json`.
+        `ModelFolderError`: a file, or a non-empty folder without `config.json`. `InvalidArgumentError`: a file
+            stands where one of its parent folders must be.
     """
-    target = check_path(folder, name="folder")
+    target = check_output_path(folder, name=name)
     _check_replaceable(target)
     return target
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from huggingface_hub.utils import tqdm
 
-from ..arguments import check_choice, check_flag, check_path
+from ..arguments import check_choice, check_flag, check_output_path, check_path
 from ..errors import (
     ConversionError,
     InvalidArgumentError,
@@ -113,7 +113,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 
 
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:
-    folder, output = check_path(model_dir, name="model_dir"), check_path(output_path, name="output_path")
+    folder, output = check_path(model_dir, name="model_dir"), check_output_path(output_path, name="output_path")
     if not (folder / "config.json").is_file():
         raise ModelFolderError(f"model_dir={str(model_dir)!r} has no config.json: pass a folder written by "
                                "save_pretrained.")

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..arguments import check_flag, check_path, check_token
+from ..arguments import check_flag, check_output_path, check_path, check_token
 from ..errors import InvalidArgumentError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import Header, check_weight_map, read_header
 from ..record import ExtensionRecord, require_record
@@ -121,7 +121,7 @@ def _check_arguments(options: dict[str, tuple[Any, Any]], method: Any, token: An
 
 
 def _check_output_dir(output_dir: str | os.PathLike) -> Path:
-    target = check_path(output_dir, name="output_dir")
+    target = check_output_path(output_dir, name="output_dir")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise OutputExistsError(f"output_dir={str(output_dir)!r} exists and is not an empty folder: pass a new or "
                                 "empty folder (propagate never overwrites).")

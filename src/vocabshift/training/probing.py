@@ -19,7 +19,7 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
-from ..arguments import check_count, check_path, check_rate, check_texts
+from ..arguments import check_count, check_output_path, check_rate, check_texts
 from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
@@ -184,7 +184,7 @@ def probe(
     if rows not in ROW_CHOICES:
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
     if output_dir is not None:  # fail now, not after the whole run
-        _check_output(check_path(output_dir, name="output_dir"))
+        _check_output(check_output_path(output_dir, name="output_dir"))
         require_matplotlib()
     check_causal_lm(model, argument="model")
     new_tokenizer = load_tokenizer(new_tokenizer, argument="new_tokenizer")
