@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from peft import LoraConfig
+from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainingArguments
 
 import vocabshift
@@ -46,8 +47,13 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
-    for damaged in ("broken-config", "truncated", "no-tokenizer"):
+    for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings"):
         shutil.copytree(root / "extended", root / damaged)
+    tensors = load_file(root / "extended" / "model.safetensors")
+    embeddings = tensors.pop("model.embed_tokens.weight")
+    save_file(tensors, root / "no-embeddings" / "model.safetensors", metadata={"format": "pt"})
+    save_file({**tensors, "model.embed_tokens.weight": embeddings[:-64].contiguous()},
+              root / "short-embeddings" / "model.safetensors", metadata={"format": "pt"})
     (root / "broken-config" / "config.json").write_text("{\"model_type\": ", encoding="utf-8")
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
@@ -504,6 +510,10 @@ CLI = {
     "card into a folder": (["card", "{extended}", "--output", "{root}/junk"], "junk' is a folder"),
     "card under a file": (["card", "{extended}", "--output", "{root}/file.txt/README.md"],
                           "file.txt/README.md' cannot be written"),
+    "evaluate a model without its embeddings": (["evaluate", "{root}/no-embeddings", "{root}/file.txt"],
+                                                "model.embed_tokens.weight (missing)"),
+    "train a model whose embeddings are short": (["train", "{root}/short-embeddings", "{root}/file.txt",
+                                                  "{root}/out"], "model.embed_tokens.weight (["),
     "extend under a file": (["extend", "{extended}", "{extended}", "{root}/file.txt/out"],
                             "file.txt/out' cannot be written: "),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",

@@ -56,10 +56,25 @@ def load_model(path: str, *, argument: str = "model") -> Model:
     try:
         config = transformers.AutoConfig.from_pretrained(path)
         architecture = (config.architectures or ["AutoModel"])[0]
-        return getattr(transformers, architecture, transformers.AutoModel).from_pretrained(path)
+        model, info = getattr(transformers, architecture, transformers.AutoModel).from_pretrained(
+            path, output_loading_info=True, ignore_mismatched_sizes=True)  # a mismatch is named below
     except (OSError, ValueError) as error:  # what transformers raises for missing, unknown or unreadable files
         raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({type(error).__name__}: {error}): pass a "
                                "folder written by save_pretrained, or a Hub repo id.") from None
+    _check_loaded(info, path, argument)
+    return model
+
+
+def _check_loaded(info: dict[str, Any], path: str, argument: str) -> None:
+    """Refuse a model whose weights files lack tensors its config needs, or hold them in other shapes: transformers
+    would initialize them at random and go on."""
+    wrong = [f"{key} (missing)" for key in sorted(info["missing_keys"])]
+    wrong += [f"{key} ({list(saved)} saved, {list(needed)} in config.json)"
+              for key, saved, needed in sorted(info["mismatched_keys"])]
+    if wrong:
+        raise ModelFolderError(f"{argument}={path!r} does not hold the weights its config.json describes: "
+                               f"{', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}. The folder is incomplete "
+                               "or its files come from different models; save the model again.")
 
 
 def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
