@@ -45,7 +45,11 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
     arg("--max-steps", type=POSITIVE_INT, default=100, help="optimizer steps (default: 100)"),
     arg("--batch-size", type=POSITIVE_INT, default=8, help="sequences per step (default: 8)"),
     arg("--context-length", type=CONTEXT, default=128, help="tokens per sequence (default: 128)"),
-    arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="peak AdamW learning rate (default: 1e-3)"),
+    arg("--learning-rate", type=POSITIVE_RATE, default=1e-3,
+        help="AdamW learning rate (the peak where --lr-scheduler-type decays it; default: 1e-3)"),
+    arg("--lr-scheduler-type", default="constant", choices=("constant", "linear", "cosine"),
+        help="the learning rate over the run: constant (default; at 100 steps it ends lower in held-out bits per byte "
+             "than linear, see docs/cli.md), or decaying to 0 over --max-steps (linear is the Trainer's default)"),
     arg("--weight-decay", type=NON_NEGATIVE_RATE, default=0.0, help="AdamW weight decay (default: 0)"),
     arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of the data order and of dropout (default: 0)"),
     arg("--objective", default="auto", choices=("auto", "next_token", "distillation"),
@@ -93,9 +97,9 @@ def training_arguments(args: argparse.Namespace, work: str) -> TrainingArguments
     # the Trainer's bar follows huggingface_hub's switch as vocabshift's do; pinned memory only for a GPU (torch warns
     # about it on a CPU, where the user of the command cannot turn it off)
     return TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
-                             learning_rate=args.learning_rate, weight_decay=args.weight_decay, seed=args.seed,
-                             logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to=[],
-                             disable_tqdm=are_progress_bars_disabled(),
+                             learning_rate=args.learning_rate, lr_scheduler_type=args.lr_scheduler_type,
+                             weight_decay=args.weight_decay, seed=args.seed, logging_steps=max(1, args.max_steps // 20),
+                             save_strategy="no", report_to=[], disable_tqdm=are_progress_bars_disabled(),
                              dataloader_pin_memory=torch.cuda.is_available())
 
 

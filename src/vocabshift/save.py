@@ -46,6 +46,7 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
     Raises:
         `ModelFolderError`: `folder` is a file, or a non-empty folder without `config.json` (vocabshift replaces only
             folders that hold a saved model, never unrelated data).
+        `InvalidArgumentError`: a file stands where one of its parent folders must be.
     """
     target = check_replaceable(folder)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +102,8 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
     Raises (before anything is written):
         `ModelFolderError`: see `atomic_folder`.
         `InvalidArgumentError`: a `max_shard_size` that is not a size, a model or tokenizer without
-            `save_pretrained`, a folder that is not a path (`InvalidArgumentTypeError` for wrong types).
+            `save_pretrained`, a folder that is not a path (`InvalidArgumentTypeError` for wrong types) or under a
+            file.
         `TokenizerMismatchError`: for a model that carries an ExtensionRecord, the tokenizer it was extended from or
             the new one given to `extend_vocabulary`, in place of the one that call returned.
 

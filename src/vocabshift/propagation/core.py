@@ -74,8 +74,8 @@ def propagate(
         fit residuals, row counts).
 
     Raises:
-        `InvalidArgumentError`: unknown `method`, a revision for a local folder, an empty revision or token, or
-            an argument of the wrong type (`InvalidArgumentTypeError`).
+        `InvalidArgumentError`: unknown `method`, a revision for a local folder, an empty revision or token, an
+            `output_dir` under a file, or an argument of the wrong type (`InvalidArgumentTypeError`).
         `OutputExistsError`: `output_dir` holds files.
         `ModelFolderError`: an input is neither a model folder nor a readable Hub repo, or has no safetensors.
         `ShardError`: a shard is missing, truncated or corrupted.

@@ -156,7 +156,7 @@ def probe(
         `InvalidArgumentError`: texts that are not non-empty lists of strings, counts below 1, a context below 2
             tokens, rates that are not finite and positive, a negative seed, bad rows, an unknown method in
             `method_options`, too little training text.
-        `ModelFolderError`: an `output_dir` that is a file.
+        `ModelFolderError`: an `output_dir` that is a file (`InvalidArgumentError`: under a file).
         `ImportError`: `output_dir` without matplotlib.
         `VocabShiftError`: what `extend_vocabulary` raises for bad tokenizers.
 
