@@ -74,6 +74,20 @@ def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: d
                                        "loaded (AutoModelForCausalLM.from_pretrained(...)), or None.")
 
 
+def _check_own_loss(args: TrainingArguments | None, kwargs: dict[str, Any]) -> None:
+    """Refuse the Trainer's loss settings, which this trainer's own loss would ignore without a word."""
+    smoothing = args.label_smoothing_factor if args is not None else 0
+    if smoothing:
+        raise InvalidArgumentError(
+            f"TrainingArguments(label_smoothing_factor={smoothing}): DistillationTrainer computes its own loss, whose "
+            "next_token term is plain cross-entropy (the teacher's terms are soft targets already); set it to 0, or "
+            "train with Trainer + EmbeddingOnlyCallback for a smoothed cross-entropy.")
+    if kwargs.get("compute_loss_func") is not None:
+        raise InvalidArgumentError("compute_loss_func is given, but DistillationTrainer computes its own loss "
+                                   "(DistillationWeights chooses its terms): leave compute_loss_func out, or train "
+                                   "with Trainer + EmbeddingOnlyCallback.")
+
+
 def _check_layer(layer: int, model: Any) -> None:
     """`weights.layer` indexes the model's hidden states: the embeddings' output and one per layer."""
     layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
@@ -168,6 +182,7 @@ class DistillationTrainer(Trainer):
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
         _check_types(weights, teacher_model, train_dataset, kwargs)
+        _check_own_loss(args, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
         _check_layer(self.weights.layer, teacher_model if teacher_model is not None else model)
         record = get_record(model)
