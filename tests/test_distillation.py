@@ -333,6 +333,30 @@ def test_trainer_runs_the_teacher_on_a_share_of_micro_batches(tokenizers_en, tok
     assert logs and all("distill/next_piece" in e and "distill/teacher_share" in e for e in logs)
 
 
+def test_evaluation_scores_the_students_cross_entropy(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """eval_dataset works as with a Trainer: eval_loss is the student's next-token cross-entropy, and evaluation
+    neither runs the teacher nor moves its schedule."""
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    held_out = ru_lines[100:104]
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1),
+                                  train_dataset=ru_lines[:8], eval_dataset=held_out, processing_class=tokenizer,
+                                  teacher_tokenizer=source, max_length=24,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Teacher, "__call__", lambda *args, **kwargs: pytest.fail("the teacher ran in evaluation"))
+        before = vars(trainer.schedule).copy()
+        evaluated = trainer.evaluate()
+    assert vars(trainer.schedule) == before
+    batch = trainer.data_collator(held_out)
+    model.eval()
+    with torch.no_grad():
+        expected = next_token_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                                   batch["labels"])
+    assert evaluated["eval_loss"] == pytest.approx(expected.item(), rel=1e-5)
+    assert any("eval_loss" in entry for entry in trainer.state.log_history[:-1])  # eval_strategy ran in train()
+
+
 @pytest.mark.parametrize("precision", ["model", "teacher"])
 def test_trainer_in_bf16_keeps_old_rows(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, precision):
     """A bf16 model with the Trainer's bf16, or a float32 model whose teacher runs in bfloat16 (teacher_dtype)."""

@@ -26,6 +26,7 @@ from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
 from .collator import DistillationCollator
+from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
 from .replay import SourceReplay, source_loss
@@ -133,7 +134,9 @@ class DistillationTrainer(Trainer):
     """A `Trainer` that learns the new rows from the original model on the same text (TRL-style loss override).
 
     The training set holds raw text (strings, or a dataset with a `"text"` column); the trainer's collator gives
-    both tokenizations and their chunks. Combine with `EmbeddingOnlyCallback` (in `callbacks=[...]`).
+    both tokenizations and their chunks. Combine with `EmbeddingOnlyCallback` (in `callbacks=[...]`). An
+    `eval_dataset` (raw text too) is scored with the student's cross-entropy, the `next_token` term, so that
+    `eval_loss` compares with a cross-entropy run's.
 
     Args:
         model (`PreTrainedModel`): the model after `extend_vocabulary`.
@@ -163,7 +166,8 @@ class DistillationTrainer(Trainer):
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
-        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off). `InvalidArgumentTypeError`: a
+        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off); `label_smoothing_factor` or
+            `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
             `train_dataset` that is one string, a `data_collator` that is not a `DistillationCollator`.
 
     Example:
@@ -252,6 +256,8 @@ class DistillationTrainer(Trainer):
 
     def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
+        if return_outputs or not model.training:  # evaluation: the teacher's schedule and the replay are left alone
+            return self._evaluation_loss(model, inputs, return_outputs)
         count = self.schedule.count(len(inputs["input_ids"]))
         targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, count=count)
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
@@ -263,9 +269,15 @@ class DistillationTrainer(Trainer):
         self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)
-        if return_outputs:
-            raise InvalidArgumentError("DistillationTrainer does not return model outputs (no evaluation loop).")
         return loss
+
+    @staticmethod
+    def _evaluation_loss(model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool) -> Any:
+        """The student's cross-entropy (the loss's `next_token` term), so that `eval_loss` compares with a
+        cross-entropy run's."""
+        out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        loss = next_token_loss(out.logits, inputs["labels"])
+        return (loss, {"loss": loss, "logits": out.logits}) if return_outputs else loss
 
     def _shared_leads(self, *leads: float | None) -> list[float | None]:
         """Each of the teacher's leads averaged over the processes that measured it, so that every process's
