@@ -14,6 +14,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, UnsafeWeightsError
 from ..headers import check_folder_files, read_config
+from ..inspection import inspect_folder
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
 from ..vocab.spm_file import sentencepiece_mismatch
 from .card import model_card
@@ -66,6 +67,8 @@ def push_to_hub(
         `ModelFolderError`: the folder has no `config.json` (or one that is not JSON) or no `*.safetensors` weights.
         `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
         `ShardError`: a safetensors file is truncated or corrupted, or an index names a missing shard.
+        `ModelFolderError`: a problem `inspect_folder` reports (e.g. no embedding matrix, rows that do not match
+            config.json or the tokenizer, special token ids beyond the rows).
         `RecordError`: no `README.md` and no vocabshift record to generate one from.
         `huggingface_hub.errors.HfHubHTTPError`: the Hub refused a request (e.g. no write access); its base class
             `huggingface_hub.errors.HTTPError` alone: the Hub could not be reached.
@@ -81,6 +84,7 @@ def push_to_hub(
     files = _without_stale_sentencepiece(folder, _files(folder))
     _check_folder(folder, files)
     check_folder_files(folder, files)
+    _check_consistent(folder)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
     api = HfApi(token=token)
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -142,6 +146,16 @@ def _check_folder(folder: Path, files: list[str]) -> None:
             f"{str(folder)!r} lacks config.json or *.safetensors weights: pass a folder written by save_pretrained."
         )
     read_config(folder)
+
+
+def _check_consistent(folder: Path) -> None:
+    """Refuse what `inspect_folder` finds wrong (rows against config and tokenizer, a missing head, special ids):
+    published, it would fail to load, or serve other tokens than it was trained on."""
+    report = inspect_folder(folder)
+    if not report.ok:
+        raise ModelFolderError(f"{str(folder)!r} would publish a model that does not load or serve as it should: "
+                               f"{'; '.join(report.problems)}. Fix the folder (`vocabshift inspect {folder}` gives the "
+                               "whole report), then push again.")
 
 
 def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revision: Any, commit_message: Any) -> None:
