@@ -1,22 +1,24 @@
 """`vocabshift train` as shipped: `--objective auto` against `--objective next_token` at the command's defaults.
 
-The defaults are 100 steps of 8 sequences of 128 tokens, AdamW at lr 1e-3 with the Trainer's linear decay to 0, seed
-0; `auto` is distillation for a model extended in extend mode. The model is the README's recipe, as in
-bench_languages.py: SmolLM2-135M-Instruct, extend mode, `subword`, the language's 16k tokenizer, `target_texts=` its
-training lines and `source_texts=` English lines. The trainers are the command's own (`cli_train.trainer_for` with
-the arguments `vocabshift train ... --objective X` parses to), on the language's training lines.
+The defaults are 100 steps of 8 sequences of 128 tokens, AdamW at a constant lr 1e-3, seed 0; `auto` is
+distillation for a model extended in extend mode. The model is the README's recipe, as in bench_languages.py:
+SmolLM2-135M-Instruct, extend mode, `subword`, the language's 16k tokenizer, `target_texts=` its training lines and
+`source_texts=` English lines. The trainers are the command's own (`cli_train.trainer_for` with the arguments
+`vocabshift train ... --objective X` parses to), on the language's training lines.
 
 First `next_token` and `auto` train `--steps` steps in turns, one step each (turns.py), so that their clocks meet the
-same drift of the machine: that gives the seconds ratio. Then `next_token` trains alone for steps x that ratio: with
-a learning rate that decays to 0 over the run, a checkpoint of a longer run is not a finished shorter one, so equal
-wall time is a run of its own. Scores: held-out bits per byte (the language's 200 held-out lines as passages of up to
-800 bytes, as bench_languages.py) at a quarter, half and all of each run's steps, and English held-out bits per byte
-at the end against the untrained original's.
+same drift of the machine: that gives the seconds ratio. Then `next_token` trains alone for steps x that ratio (with
+a learning rate that decays over the run, `--lr-scheduler-type linear`, a checkpoint of a longer run is not a
+finished shorter one, so equal wall time is a run of its own). Scores: held-out bits per byte (the language's 200
+held-out lines as passages of up to 800 bytes, as bench_languages.py) at a quarter, half and all of each run's
+steps, and English held-out bits per byte at the end against the untrained original's.
 
     python benchmarks/bench_cli_train.py [--languages vi ru de] [--steps 100] [--batch-size 8] [--seed 0]
+        [--lr-scheduler-type constant]
 
-`--batch-size` and `--seed` are passed on to `vocabshift train` (`--batch-size 4` is bench_languages.py's batch).
-Writes benchmarks/results/cli_train.md and .json (runs of other languages or settings are kept).
+`--batch-size`, `--seed` and `--lr-scheduler-type` are passed on to `vocabshift train` (`--batch-size 4` is
+bench_languages.py's batch). Writes benchmarks/results/cli_train.md and .json (runs of other languages or settings
+are kept).
 """
 
 from __future__ import annotations
@@ -50,16 +52,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr-scheduler-type", default=_default("lr_scheduler_type"),
+                        help="passed on to `vocabshift train` (default: the command's)")
     options = parser.parse_args()
     torch.set_num_threads(2)
     path = RESULTS / "cli_train.json"
     results = json.loads(path.read_text()) if path.exists() else {}
-    flags = ["--batch-size", str(options.batch_size), "--seed", str(options.seed)]
+    flags = ["--batch-size", str(options.batch_size), "--seed", str(options.seed), "--lr-scheduler-type",
+             options.lr_scheduler_type]
     for language in options.languages:
-        label = f"{language}, {options.batch_size} x 128 tokens a step, seed {options.seed}"
+        label = (f"{language}, {options.batch_size} x 128 tokens a step, seed {options.seed}, "
+                 f"{options.lr_scheduler_type} learning rate")
         results[label] = run_language(language, options.steps, flags)
         path.write_text(json.dumps(results, indent=1))
         (RESULTS / "cli_train.md").write_text(render(results), encoding="utf-8")
+
+
+def _default(name: str) -> str:
+    """The default of one of `vocabshift train`'s options."""
+    return build_parser().parse_args(["train", "MODEL", "TEXTS", "OUTPUT"]).__dict__[name]
 
 
 def run_language(language: str, steps: int, flags: list[str]) -> dict:

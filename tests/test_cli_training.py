@@ -65,11 +65,12 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
     cpt = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "trained")).cpt[-1]
     assert cpt["objective"]["name"] == "distillation" and cpt["objective"]["teacher_share"] == 0.5
     assert cpt["objective"]["teacher_dtype"] == "bfloat16" and cpt["objective"]["source"] == 0.5
-    assert cpt["steps"] == 2
+    assert cpt["steps"] == 2 and cpt["lr_scheduler"] == "constant"
     run("train", str(tmp_path / "extended"), texts, str(tmp_path / "all"), "--max-steps", "1", "--batch-size", "2",
-        "--context-length", "32", "--rows", "all")  # auto: the old rows train, no teacher at hand -> cross-entropy
+        "--context-length", "32", "--rows", "all",  # auto: the old rows train, no teacher at hand -> cross-entropy
+        "--lr-scheduler-type", "linear")
     all_rows = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "all")).cpt[-1]
-    assert all_rows["objective"] == {"name": "next_token"}
+    assert all_rows["objective"] == {"name": "next_token"} and all_rows["lr_scheduler"] == "linear"
     wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
                 "--teacher-tokenizer", str(tmp_path / "extended"), check=False)
     assert wrong.returncode == 1 and "is not the tokenizer the model was extended from" in wrong.stderr
