@@ -22,7 +22,9 @@ from .vocab.spm_file import sentencepiece_mismatch
 if TYPE_CHECKING:
     from .inspection import Inspection
 
-__all__ = ["check_serving"]
+__all__ = ["SENTENCEPIECE_PROBLEM", "check_serving"]
+
+SENTENCEPIECE_PROBLEM = "its tokenizer.model disagrees with tokenizer.json"
 
 
 def check_serving(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None, *, gguf: bool) -> None:
@@ -43,7 +45,7 @@ def check_serving(report: Inspection, config: Any, tokenizer: Tokenizer, rows: i
                             "pad_to_multiple_of=128 for any power of two up to 128")
     mismatch = sentencepiece_mismatch(report.folder)
     if mismatch is not None:
-        complain(f"its tokenizer.model disagrees with tokenizer.json ({mismatch}): sentencepiece, slow tokenizers "
+        complain(f"{SENTENCEPIECE_PROBLEM} ({mismatch}): sentencepiece, slow tokenizers "
                  "and llama.cpp's converter read that file and would get another vocabulary; delete it "
                  "(tokenizer.json is the tokenizer) or save the folder again with vocabshift.save_pretrained_atomic")
     if gguf:

@@ -15,6 +15,7 @@ from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, UnsafeWeightsError
 from ..headers import check_folder_files, read_config
 from ..inspection import inspect_folder
+from ..serving import SENTENCEPIECE_PROBLEM
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
 from ..vocab.spm_file import sentencepiece_mismatch
 from .card import model_card
@@ -84,7 +85,7 @@ def push_to_hub(
     files = _without_stale_sentencepiece(folder, _files(folder))
     _check_folder(folder, files)
     check_folder_files(folder, files)
-    _check_consistent(folder)
+    _check_consistent(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
     api = HfApi(token=token)
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -148,13 +149,15 @@ def _check_folder(folder: Path, files: list[str]) -> None:
     read_config(folder)
 
 
-def _check_consistent(folder: Path) -> None:
+def _check_consistent(folder: Path, files: list[str]) -> None:
     """Refuse what `inspect_folder` finds wrong (rows against config and tokenizer, a missing head, special ids):
-    published, it would fail to load, or serve other tokens than it was trained on."""
-    report = inspect_folder(folder)
-    if not report.ok:
+    published, it would fail to load, or serve other tokens than it was trained on. A stale tokenizer.model is not
+    refused: it is left out of the upload (`_without_stale_sentencepiece`)."""
+    problems = [problem for problem in inspect_folder(folder).problems
+                if SENTENCEPIECE_FILE in files or not problem.startswith(SENTENCEPIECE_PROBLEM)]
+    if problems:
         raise ModelFolderError(f"{str(folder)!r} would publish a model that does not load or serve as it should: "
-                               f"{'; '.join(report.problems)}. Fix the folder (`vocabshift inspect {folder}` gives the "
+                               f"{'; '.join(problems)}. Fix the folder (`vocabshift inspect {folder}` gives the "
                                "whole report), then push again.")
 
 
