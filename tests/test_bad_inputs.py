@@ -3,7 +3,9 @@ input, and nothing is modified or half-written. The CLI cases run as real subpro
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +39,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     """Models, tokenizers and hostile files shared by the cases (none of them may change)."""
     root = tmp_path_factory.mktemp("bad-inputs")
     (root / "file.txt").write_text("not a model\n", encoding="utf-8")
+    (root / "empty.txt").write_text("\n \n", encoding="utf-8")
     (root / "junk").mkdir()
     (root / "junk" / "notes.txt").write_text("unrelated data\n", encoding="utf-8")
     (root / "broken-json").mkdir()
@@ -47,7 +50,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
-    for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings"):
+    for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record"):
         shutil.copytree(root / "extended", root / damaged)
     tensors = load_file(root / "extended" / "model.safetensors")
     embeddings = tensors.pop("model.embed_tokens.weight")
@@ -55,6 +58,9 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     save_file({**tensors, "model.embed_tokens.weight": embeddings[:-64].contiguous()},
               root / "short-embeddings" / "model.safetensors", metadata={"format": "pt"})
     (root / "broken-config" / "config.json").write_text("{\"model_type\": ", encoding="utf-8")
+    config = json.loads((root / "bad-record" / "config.json").read_text(encoding="utf-8"))
+    config["vocabshift"]["new_token_ranges"] = "all the new ones"  # as a hand edit might leave it
+    (root / "bad-record" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -447,6 +453,34 @@ API = {
 }
 
 
+def _record(**changes):
+    """`get_record` of a copy of the extended model's config whose record has `changes` (`record=` replaces it)."""
+    def call(w):
+        config = copy.deepcopy(w.extended.config)
+        record = changes.get("record", {**config.vocabshift, **changes})
+        config.vocabshift = record
+        return vocabshift.get_record(config).decomposition_lists()
+    return call
+
+
+DAMAGED_RECORDS = {
+    "record that is a str": (_record(record="garbage"), "it is a str ('garbage'), where vocabshift writes"),
+    "record lacking its keys": (_record(record={"mode": "extend"}), "it lacks ['decompositions'"),
+    "record ranges as a str": (_record(new_token_ranges="1-2"), "'new_token_ranges' is '1-2'"),
+    "record ranges past the matrix": (_record(new_token_ranges=[[10, 10**6]]),
+                                      "'new_token_ranges' holds [10, 1000000]"),
+    "record ranges reversed": (_record(new_token_ranges=[[20, 10]]), "'new_token_ranges' holds [20, 10]"),
+    "record of an unknown mode": (_record(mode="sideways"), "'mode' is 'sideways'"),
+    "record history of a str": (_record(cpt="trained"), "'cpt' is 'trained'"),
+    "record seed of a str": (_record(seed="0"), "'seed' is '0'"),
+    "record decompositions of other ids": (_record(new_token_ranges=[[10, 11]]),
+                                           "'decompositions' holds "),
+    "record decompositions unpacked": (_record(decompositions={"ids": "x", "lengths": "y"}),
+                                       "a packed id list is corrupted"),
+}
+API.update({name: (call, E.RecordError, message) for name, (call, message) in DAMAGED_RECORDS.items()})
+
+
 def _state(w):
     return ({k: v.clone() for k, v in w.model.state_dict().items()}, w.model.config.to_dict(),
             sorted(str(p.relative_to(w.root)) for p in w.root.rglob("*") if "runs" not in p.parts))
@@ -525,6 +559,14 @@ CLI = {
                                                   "{root}/out"], "model.embed_tokens.weight (["),
     "extend under a file": (["extend", "{extended}", "{extended}", "{root}/file.txt/out"],
                             "file.txt/out' cannot be written: "),
+    "extend with an option twice": (["extend", "{extended}", "{extended}", "{root}/out", "--option",
+                                     "input_weighting=uniform", "--option", "input_weighting=char_length"],
+                                    "--option input_weighting is given 2 times ('uniform', 'char_length')"),
+    "extend with empty source texts": (["extend", "{extended}", "{extended}", "{root}/out", "--source-texts",
+                                        "{root}/empty.txt"], "--source-texts='"),
+    "card of a damaged record": (["card", "{root}/bad-record"], "'new_token_ranges' is 'all the new ones'"),
+    "train a damaged record": (["train", "{root}/bad-record", "{root}/file.txt", "{root}/out"],
+                               "Restore config.json from the folder vocabshift saved"),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
                                             "--option", "word_vectors={root}/junk/notes.txt"],
                                            "is a folder holding the input --option word_vectors="),

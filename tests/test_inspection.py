@@ -66,12 +66,19 @@ def test_a_shard_missing_from_the_index_is_a_problem(folder, capsys):
     assert code == 1 and "index.json' puts " in out and f"in {shard}, which is missing" in out
 
 
-def test_a_damaged_record_is_a_problem(folder, capsys):
+@pytest.mark.parametrize(("damage", "why"), [
+    (lambda record: record.pop("method"), "is damaged: it lacks ['method']"),
+    (lambda record: record.update(new_token_ranges=[[0, 10**9]]),
+     "is damaged: 'new_token_ranges' holds [0, 1000000000]"),
+    (lambda record: record["decompositions"].update(ids=record["decompositions"]["lengths"]),
+     "is damaged: 'decompositions' holds "),
+])
+def test_a_damaged_record_is_a_problem(folder, capsys, damage, why):
     config = json.loads((folder / "config.json").read_text())
-    del config["vocabshift"]["method"]
+    damage(config["vocabshift"])
     (folder / "config.json").write_text(json.dumps(config))
     code, out, _ = _inspect(folder, capsys)
-    assert code == 1 and "PROBLEM: The vocabshift record lacks ['method']: it is damaged" in out
+    assert code == 1 and "PROBLEM: The vocabshift record in config.json " + why in out, out
 
 
 @pytest.mark.parametrize(("text", "why"), [("{\"model_type\": ", "JSONDecodeError"), ("[1]", "a JSON list"),

@@ -134,8 +134,8 @@ def _with_record(folder, tmp_path, **changes):
 
 def test_a_damaged_record(trained, frozen, tmp_path):
     damaged = _with_record(trained["adapted"], tmp_path, shared="not-base64!")
-    _refused(tmp_path, errors.RecordError, "A packed id list of the vocabshift record is corrupted \\(Error: .*\\): "
-             "the record is damaged; re-run extend_vocabulary", damaged, trained["base"], trained["instruct"])
+    _refused(tmp_path, errors.RecordError, "vocabshift record in config.json is damaged: a packed id list is "
+             "corrupted \\(Error: .*\\)\\. Restore config.json", damaged, trained["base"], trained["instruct"])
     shutil.rmtree(damaged)
     damaged = _with_record(frozen["adapted"], tmp_path, old_vocab_size=10**6)
     _refused(tmp_path, errors.RecordError, "adapted=.*damaged' has a record whose shared rows lie outside its \\d+ "

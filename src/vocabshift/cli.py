@@ -111,7 +111,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
     check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
                  source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts,
                  **files)
-    source_texts = read_texts(args.source_texts) if args.source_texts else None
+    source_texts = read_texts(args.source_texts, name="--source-texts") if args.source_texts else None
     target_texts = read_texts(args.target_texts, name="--target-texts") if args.target_texts else None
     options = _method_options(args)
     model = load_model(args.model)
@@ -133,6 +133,11 @@ def _method_options(args: argparse.Namespace) -> dict[str, Any]:
     """The --option values; `helper_model=PATH` (SALT's helper, which the API takes as a model or its matrix) becomes
     the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it."""
     options = dict(args.option)
+    for key in options:
+        values = [value for name, value in args.option if name == key]
+        if len(values) > 1:
+            raise InvalidArgumentError(f"--option {key} is given {len(values)} times ({', '.join(map(repr, values))}):"
+                                       " pass each option once.")
     if isinstance(options.get("helper_model"), str):
         matrix, folder = read_input_embeddings(options["helper_model"], role="--option helper_model")
         check_helper_vocabulary(folder, load_tokenizer(args.new_tokenizer, argument="new_tokenizer"))

@@ -89,7 +89,10 @@ def inspect_folder(folder: str | os.PathLike, *, gguf: bool = False) -> Inspecti
         report.notes.append("no vocabshift record in config.json: the folder was not written after extend_vocabulary")
     else:
         try:
-            report.record = find_record(raw)
+            record = find_record(raw)
+            assert record is not None  # has_record
+            record.decomposition_lists()  # unpacked here, so that damage shows before training reads them
+            report.record = record
         except RecordError as error:
             report.problems.append(str(error))
     rows, tied = _check_embeddings(report, folder, config)

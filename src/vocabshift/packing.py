@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .errors import RecordError
+from ._record_values import damaged_record
 
 __all__ = ["id_ranges", "pack_ids", "unpack_ids"]
 
@@ -29,8 +29,7 @@ def unpack_ids(packed: str) -> list[int]:
     try:
         return np.frombuffer(zlib.decompress(base64.b64decode(packed, validate=True)), dtype="<i4").tolist()
     except (binascii.Error, zlib.error, ValueError, TypeError) as error:
-        raise RecordError(f"A packed id list of the vocabshift record is corrupted ({type(error).__name__}: "
-                          f"{error}): the record is damaged; re-run extend_vocabulary.") from None
+        raise damaged_record(f"a packed id list is corrupted ({type(error).__name__}: {error})") from None
 
 
 def id_ranges(ids: Sequence[int]) -> list[list[int]]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._record_values import check_values, damaged_record
 from ._typing import Model, ModelConfig
 from .errors import RecordError
 from .packing import unpack_ids
@@ -122,6 +123,9 @@ class ExtensionRecord:
     def decomposition_lists(self) -> list[list[int]]:
         """For each of `new_ids`, the old ids it decomposes into."""
         lengths, flat = unpack_ids(self.decompositions["lengths"]), unpack_ids(self.decompositions["ids"])
+        if len(lengths) != len(self.new_ids) or sum(lengths) != len(flat):
+            raise damaged_record(f"'decompositions' holds {len(lengths)} decompositions of {len(flat)} pieces in all, "
+                                 f"for {len(self.new_ids)} new ids ('new_token_ranges')")
         offsets = np.cumsum([0, *lengths]).tolist()
         return [flat[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
 
@@ -140,16 +144,20 @@ class ExtensionRecord:
         """Read a record; unknown keys (from a newer vocabshift) are ignored, renamed ones read under their new name.
 
         Raises:
-            `RecordError`: if required keys are missing.
+            `RecordError`: required keys are missing, or a value is not what vocabshift writes (`check_values`).
         """
+        if not isinstance(data, Mapping):
+            raise damaged_record(f"it is a {type(data).__name__} ({data!r:.60}), where vocabshift writes a mapping")
         data = {_RENAMED.get(key, key): value for key, value in data.items()}
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                     and f.default_factory is dataclasses.MISSING}
         missing = sorted(required - set(data))
         if missing:
-            raise RecordError(f"The vocabshift record lacks {missing}: it is damaged; re-run extend_vocabulary.")
-        return cls(**{key: value for key, value in data.items() if key in names})
+            raise damaged_record(f"it lacks {missing}")
+        known = {key: value for key, value in data.items() if key in names}
+        check_values(known)
+        return cls(**known)
 
 
 def _argv_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -174,8 +182,8 @@ def _data(source: Any) -> Any:
 
 
 def has_record(source: Any) -> bool:
-    """Whether a model, its config or a config.json dict carries a record."""
-    return isinstance(_data(source), dict)
+    """Whether a model, its config or a config.json dict carries a record (damaged or not: `find_record` says)."""
+    return _data(source) is not None
 
 
 def find_record(source: Any) -> ExtensionRecord | None:
