@@ -10,7 +10,13 @@ import pytest
 import vocabshift
 from conftest import make_model
 from vocabshift.cli import main
-from vocabshift.errors import CorpusError, InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
+from vocabshift.errors import (
+    CorpusError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidTokenizerError,
+    TokenizerLoadError,
+)
 
 
 @pytest.mark.parametrize(
@@ -29,11 +35,20 @@ def test_bad_texts_are_refused(tokenizers_en, texts, error, match):
         vocabshift.train_tokenizer(texts, like=tokenizers_en["bytelevel"], vocab_size=1000)
 
 
-@pytest.mark.parametrize(("family", "size"), [("bytelevel", 256), ("sentencepiece", 300), ("bytelevel", True),
-                                              ("unigram", "8k")])
+@pytest.mark.parametrize(("family", "size"), [("bytelevel", 256), ("sentencepiece", 300)])
 def test_vocab_size_below_the_alphabet_is_refused(tokenizers_en, ru_lines, family, size):
     with pytest.raises(InvalidArgumentError, match=f"vocab_size={size!r} is invalid: .* pass an int above"):
         vocabshift.train_tokenizer(ru_lines[:50], like=tokenizers_en[family], vocab_size=size)
+
+
+@pytest.mark.parametrize("size", [True, "8k", 16000.0])
+def test_vocab_size_that_is_no_int_is_refused_before_the_corpus_is_read(tokenizers_en, size):
+    def never_read():
+        raise AssertionError("the corpus was read")
+        yield "text"
+
+    with pytest.raises(InvalidArgumentTypeError, match=f"vocab_size={size!r} is a .*: pass an int"):
+        vocabshift.train_tokenizer(never_read(), like=tokenizers_en["bytelevel"], vocab_size=size)
 
 
 def test_byte_level_training_keeps_characters_whole(tokenizers_en, ru_lines, ru_held):

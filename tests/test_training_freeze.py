@@ -3,13 +3,17 @@ take optimizer state."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import vocabshift
 from conftest import DEVICES
 from test_training_callback import blocks, extended
+from vocabshift.errors import InvalidArgumentError
+from vocabshift.training import EmbeddingOnlyCallback
 from vocabshift.training.cpt import embedding_parameters, freeze_for_embedding_training
+from vocabshift.training.cpt.freeze import check_rows
 
 
 def train(model, parameters, batches):
@@ -64,6 +68,22 @@ def test_explicit_rows_train_only_those_rows(tokenizers_en, tokenizers_ru, ru_li
         train(model, trainable.parameters, batches)
     changed = (model.get_input_embeddings().weight != before).any(dim=1).nonzero().squeeze(1).tolist()
     assert changed == rows
+
+
+@pytest.mark.parametrize("form", [tuple, range, torch.tensor, np.array, lambda ids: [np.int64(i) for i in ids[::-1]]])
+def test_row_ids_in_any_integer_collection(form):
+    """A range, a 1-D integer tensor or array, numpy ints, any order and repeats: the same sorted ids as a list."""
+    ids = [7, 3, 3, 9]
+    given = range(3, 10) if form is range else form(ids)
+    assert check_rows(given) == ([3, 4, 5, 6, 7, 8, 9] if form is range else [3, 7, 9])
+    assert EmbeddingOnlyCallback(rows=given).rows == check_rows(given)
+
+
+@pytest.mark.parametrize("rows", [torch.tensor([1.0, 2.0]), torch.tensor([True]), torch.ones(2, 2, dtype=torch.long),
+                                  np.array([1.5]), {"a": 1}, b"ab", set(), 3])
+def test_rows_that_are_no_row_ids_are_refused(rows):
+    with pytest.raises(InvalidArgumentError, match="is invalid: pass 'new', 'all' or a"):
+        EmbeddingOnlyCallback(rows=rows)
 
 
 def test_rows_all_trains_the_whole_matrices(tokenizers_en, tokenizers_ru, ru_lines):

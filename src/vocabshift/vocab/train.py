@@ -21,7 +21,7 @@ from .._typing import Tokenizer as FastTokenizer
 from .._typing import TokenizerLike
 from ..arguments import check_count, is_int
 from ..corpus import text_lines
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .forms import SPIECE, backend_state, detect_family
 from .load import load_tokenizer
 
@@ -48,7 +48,8 @@ def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: in
 
     Raises:
         `CorpusError`: `texts` is a string or path, empty, or holds something other than strings.
-        `InvalidArgumentError`: `vocab_size` is not an int above the alphabet `like`'s family needs.
+        `InvalidArgumentError`: `vocab_size` is not an int above the alphabet `like`'s family needs
+            (`InvalidArgumentTypeError`: not an int at all).
         `InvalidTokenizerError`, `TokenizerLoadError`, `UnsupportedTokenizerError`: `like` is not a usable tokenizer.
 
     Example:
@@ -56,6 +57,9 @@ def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: in
         >>> ru = vocabshift.train_tokenizer(lines, like=tokenizer, vocab_size=16_000)
         ```
     """
+    if not is_int(vocab_size):  # before the corpus is read; the size is checked against its alphabet below
+        raise InvalidArgumentTypeError(f"vocab_size={vocab_size!r} is a {type(vocab_size).__name__}: pass an int, "
+                                       "e.g. 16_000.")
     lines = text_lines(texts)
     like = load_tokenizer(like, argument="like")
     state = backend_state(like)
@@ -95,8 +99,8 @@ def _alphabet(lines: list[str], family: str) -> int:
     return len(set().union(*map(set, lines)) | {SPIECE})
 
 
-def _check_size(vocab_size: Any, alphabet: int, min_frequency: Any) -> None:
-    if not is_int(vocab_size) or vocab_size <= alphabet:
+def _check_size(vocab_size: int, alphabet: int, min_frequency: Any) -> None:
+    if vocab_size <= alphabet:
         raise InvalidArgumentError(
             f"vocab_size={vocab_size!r} is invalid: the tokenizer's alphabet (bytes or the corpus's characters, "
             f"byte-fallback pieces, unk) takes {alphabet} entries, so pass an int above {alphabet} (typical: 8,000 "

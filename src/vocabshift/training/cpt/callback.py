@@ -23,7 +23,7 @@ from ._backends import refuse_backend
 from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
 from ._run import Run, checkpoint_folder, next_token
-from .freeze import ROW_CHOICES, freeze_body, row_norms, trainable_row_ids
+from .freeze import check_rows, freeze_body, row_norms, trainable_row_ids
 from .rows import current_split, embedding_parameters, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
@@ -55,7 +55,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     Args:
         rows (`str` or `list[int]`, defaults to `"new"`): `"new"` (the record's new ids), `"all"` (every row), or
-            explicit row ids.
+            explicit row ids (a list, a range, a 1-D integer tensor or array).
         head_learning_rate (`float`, *optional*): peak learning rate of an untied output head (the Trainer's
             `learning_rate` drives the input embeddings); it follows the same schedule. Implemented by scaling the
             head's update after each step, which is exact for SGD, Adam and AdamW (their update is proportional to
@@ -93,8 +93,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         second_stage: SecondStage | None = None,
         command: Sequence[str] | None = None,
     ) -> None:
-        if (isinstance(rows, str) and rows not in ROW_CHOICES) or not isinstance(rows, (str, Sequence)):
-            raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
+        rows = check_rows(rows)
         if head_learning_rate is not None:
             head_learning_rate = check_rate(head_learning_rate, name="head_learning_rate")
         if second_stage is not None and not isinstance(second_stage, SecondStage):

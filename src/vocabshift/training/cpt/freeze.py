@@ -15,8 +15,10 @@ other rows cannot move, whatever the weight decay or momentum.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from ..._typing import Model
@@ -27,7 +29,14 @@ from ...record import get_record
 from ._fold import row_norms_of
 from .rows import TrainableRows, embedding_parameters, split_rows
 
-__all__ = ["ROW_CHOICES", "freeze_body", "freeze_for_embedding_training", "row_norms", "trainable_row_ids"]
+__all__ = [
+    "ROW_CHOICES",
+    "check_rows",
+    "freeze_body",
+    "freeze_for_embedding_training",
+    "row_norms",
+    "trainable_row_ids",
+]
 
 ROW_CHOICES = ("new", "all")
 
@@ -58,19 +67,36 @@ def trainable_row_ids(model: Model, rows: str | Sequence[int]) -> torch.Tensor |
     """
     weight = embedding_parameters(model)[0]
     num_rows, device = weight.shape[0], weight.device
+    rows = check_rows(rows)
     if isinstance(rows, str):
-        if rows not in ROW_CHOICES:
-            raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
         return None if rows == "all" else _record_new_ids(model, num_rows, device)
-    if not isinstance(rows, Sequence) or not rows or not all(is_int(i) for i in rows):
-        raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a non-empty list of row ids.")
-    ids = torch.tensor(sorted(set(rows)), dtype=torch.long, device=device)
+    ids = torch.tensor(rows, dtype=torch.long, device=device)
     if ids[0] < 0 or ids[-1] >= num_rows:
         raise InvalidArgumentError(
             f"rows holds ids from {int(ids[0])} to {int(ids[-1])} but the embedding matrix has {num_rows} rows: "
             f"pass ids in [0, {num_rows})."
         )
     return ids
+
+
+def check_rows(rows: Any) -> str | list[int]:
+    """`rows` checked: `"new"`, `"all"`, or row ids in any collection of ints (a list, a range, a 1-D integer tensor
+    or array), returned sorted without repeats.
+
+    Raises:
+        `InvalidArgumentError`: another string, no ids, or an id that is not an int (a bool, a float).
+    """
+    if isinstance(rows, str):
+        if rows not in ROW_CHOICES:
+            raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
+        return rows
+    ids = rows.tolist() if isinstance(rows, (torch.Tensor, np.ndarray)) and rows.ndim == 1 else rows
+    if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Iterable):
+        raise InvalidArgumentError(f"rows={rows!r:.80} is invalid: pass 'new', 'all' or a list of row ids.")
+    ids = list(ids)
+    if not ids or not all(is_int(i) or isinstance(i, np.integer) for i in ids):
+        raise InvalidArgumentError(f"rows={rows!r:.80} is invalid: pass 'new', 'all' or a non-empty list of row ids.")
+    return sorted({int(i) for i in ids})
 
 
 def _record_new_ids(model: Model, num_rows: int, device: torch.device) -> torch.Tensor:
@@ -94,7 +120,7 @@ def freeze_for_embedding_training(model: Model, *, rows: str | Sequence[int] = "
     Args:
         model (`PreTrainedModel`): the model; its input embeddings and (tied or untied) output head train.
         rows (`str` or `list[int]`, defaults to `"new"`): `"new"` trains only the rows `extend_vocabulary` added,
-            `"all"` every row, or the given row ids.
+            `"all"` every row, or the given row ids (a list, a range, a 1-D integer tensor or array).
 
     Returns:
         `TrainableRows`: pass `.parameters` to the optimizer; call `.fold()` when training ends (or use it as a
