@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from datasets import Dataset, DatasetDict
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainingArguments
@@ -411,6 +412,14 @@ API = {
                                         E.InvalidArgumentTypeError, "model is a"),
     "bits_per_byte tokenizer=42": (lambda w: bits_per_byte(w.extended, 42, w.ru[:2]), E.InvalidTokenizerError,
                                    "tokenizer is a int"),
+    "distillation DatasetDict": (_distill(train_dataset=At(lambda w: DatasetDict({"train": Dataset.from_dict(
+        {"text": w.ru[:4]})}))), E.InvalidArgumentTypeError, "train_dataset is a DatasetDict of ['train']: pass one"),
+    "distillation dataset without text column": (
+        _distill(train_dataset=At(lambda w: Dataset.from_dict({"content": w.ru[:4]}))), E.InvalidArgumentError,
+        "train_dataset has the columns ['content'] and no 'text'"),
+    "distillation eval dataset without text column": (
+        _distill(eval_dataset=At(lambda w: {"ru": Dataset.from_dict({"body": w.ru[:4]})})), E.InvalidArgumentError,
+        "eval_dataset['ru'] has the columns ['body'] and no 'text'"),
     "distillation train_dataset=str": (_distill(train_dataset="a line"), E.InvalidArgumentTypeError,
                                        "train_dataset is a str"),
     "distillation with label smoothing": (_distill(args=At(lambda w: _args(w, label_smoothing_factor=0.1))),

@@ -16,11 +16,11 @@ import torch
 
 from ..._typing import Tokenizer
 from ...arguments import check_count
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...vocab.load import load_tokenizer
 from ._chunks import align_chunks
 
-__all__ = ["DistillationCollator", "prefix_id"]
+__all__ = ["DistillationCollator", "check_text_dataset", "check_text_datasets", "prefix_id"]
 
 
 def prefix_id(tokenizer: Any, side: str) -> int:
@@ -31,6 +31,30 @@ def prefix_id(tokenizer: Any, side: str) -> int:
             "from: set tokenizer.bos_token (e.g. to its end-of-text token)."
         )
     return prefix
+
+
+def check_text_datasets(train: Any, evaluation: Any) -> None:
+    """`check_text_dataset` of a Trainer's `train_dataset` and `eval_dataset` (one, or a dict of named ones)."""
+    check_text_dataset(train, name="train_dataset")
+    for label, dataset in (evaluation.items() if isinstance(evaluation, Mapping) else [("", evaluation)]):
+        if dataset is not None:
+            check_text_dataset(dataset, name=f"eval_dataset{f'[{label!r}]' if label else ''}")
+
+
+def check_text_dataset(dataset: Any, *, name: str) -> None:
+    """Refuse, before training, a dataset the collator cannot read: one string (read as its characters), a mapping
+    (a `DatasetDict` of splits), or a dataset whose columns, where it names them, hold no `"text"`."""
+    if isinstance(dataset, (str, bytes)):
+        raise InvalidArgumentTypeError(f"{name} is a {type(dataset).__name__}: pass a list of strings, or a dataset "
+                                       "with a 'text' column of strings.")
+    if isinstance(dataset, Mapping):
+        raise InvalidArgumentTypeError(f"{name} is a {type(dataset).__name__} of {sorted(map(str, dataset))[:4]}: "
+                                       f"pass one dataset, e.g. {name}=dataset['train'].")
+    columns = getattr(dataset, "column_names", None)  # a datasets.Dataset's (None for some streamed ones)
+    if isinstance(columns, list) and "text" not in columns:
+        raise InvalidArgumentError(f"{name} has the columns {columns[:8]} and no 'text', the column the collator "
+                                   f"reads: rename the one holding the text, e.g. {name}.rename_column("
+                                   f"{(columns or ['content'])[0]!r}, 'text').")
 
 
 def _text_of(example: Any) -> str:

@@ -25,7 +25,7 @@ from ...save import atomic_write_text
 from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
-from .collator import DistillationCollator
+from .collator import DistillationCollator, check_text_datasets
 from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
@@ -54,9 +54,7 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
 
 
 def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
-    if isinstance(train_dataset, (str, bytes)):
-        raise InvalidArgumentTypeError(f"train_dataset is a {type(train_dataset).__name__}: pass a list of strings, "
-                                       "or a dataset with a 'text' column of strings.")
+    check_text_datasets(train_dataset, kwargs.get("eval_dataset"))
     collator = kwargs.get("data_collator")
     if collator is not None and not isinstance(collator, DistillationCollator):
         raise InvalidArgumentTypeError(
