@@ -136,6 +136,18 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, argument
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_folder_this_user_may_not_write_in_is_refused_before_any_work(tmp_path, monkeypatch):
+    """The permission as the OS reports it (patched: root may write anywhere, and tests may run as root)."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: real(path, mode) and Path(path) != locked)
+    with pytest.raises(InvalidArgumentError, match=f"folder='{locked}/new/model' cannot be written: this user may "
+                                                   f"not write in '{locked}'"):
+        vocabshift.save_pretrained_atomic(tiny(0), None, locked / "new" / "model")
+    assert list(locked.iterdir()) == []
+
+
 def test_shard_sizes_as_huggingface_hub_reads_them(tmp_path):
     for size in ("20KB", "0.02 mb", 20_000):
         folder = vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / str(size), max_shard_size=size)

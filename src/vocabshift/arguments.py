@@ -96,13 +96,17 @@ def check_path(value: Any, *, name: str) -> Path:
 
 
 def check_output_path(value: Any, *, name: str) -> Path:
-    """`check_path` for a path to write: no existing file stands where one of its parent folders must be (checked
-    before any work, so that a long run does not end in a raw error when it writes)."""
+    """`check_path` for a path to write: no existing file stands where one of its parent folders must be, and the
+    nearest existing one lets this user write (checked before any work, so that a long run does not end in a raw
+    error when it writes)."""
     path = check_path(value, name=name)
     nearest = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if nearest is not None and not nearest.is_dir():
         raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: {str(nearest)!r} is a file, not a "
                                    "folder. Pass a path whose parent folders are folders or do not exist yet.")
+    if nearest is not None and not os.access(nearest, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: this user may not write in "
+                                   f"{str(nearest)!r}. Pass a path in a folder you can write to.")
     return path
 
 
