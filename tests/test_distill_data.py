@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FAMILIES
+from conftest import FAMILIES, make_model
 from vocabshift.errors import InvalidArgumentError
 from vocabshift.training import pack_texts
 from vocabshift.training.distill._chunks import align_chunks, token_boundaries
-from vocabshift.training.distill.collator import DistillationCollator
+from vocabshift.training.distill.collator import DistillationCollator, default_collator
 from vocabshift.vocab import merge_tokenizers
 
 TEXTS = [
@@ -133,3 +133,18 @@ def test_pack_texts_cuts_token_blocks_for_plain_training(tokenizers_en, en_lines
     assert blocks.shape == (len(stream) // 32, 32) and blocks.flatten().tolist() == stream[: blocks.numel()]
     with pytest.raises(InvalidArgumentError, match="fewer than one block of 32"):
         pack_texts(["short"], tokenizer, max_length=32, blocks=True)
+
+
+def test_the_teacher_reads_no_more_tokens_than_its_positions(tokenizers_en, tokenizers_ru):
+    """The old tokenization of a text can be several times as long as the new one: `DistillationTrainer`'s collator
+    cuts both sides where the teacher's positions end, and refuses student sequences longer than the model's."""
+    source = tokenizers_en["bytelevel"]
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=source)
+    model.config.max_position_embeddings = 24
+    text = [" ".join(TEXTS[:2]) * 3]
+    assert DistillationCollator(tokenizer, source, max_length=16)(text)["teacher_input_ids"].shape[1] > 24
+    collator = default_collator(model, None, tokenizer, source, 16)
+    assert collator.max_teacher_length == 24 and collator(text)["teacher_input_ids"].shape[1] <= 24
+    with pytest.raises(InvalidArgumentError, match=r"max_length=32 is longer than the 24 positions of model \(Llama"):
+        default_collator(model, None, tokenizer, source, 32)

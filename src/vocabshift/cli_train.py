@@ -20,6 +20,7 @@ from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
+from .training.metrics import check_positions
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -78,6 +79,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     require_matplotlib()  # for the loss curve: fail now, not after training
     tokenizer = model_tokenizer(args.model)
     model = load_model(args.model)
+    check_positions(model, args.context_length, name="--context-length", argument=repr(args.model))
     with tempfile.TemporaryDirectory() as work:
         trainer = trainer_for(args, model, tokenizer, texts, training_arguments(args, work))
         trainer.train()

@@ -12,13 +12,13 @@ from typing import Any
 import torch
 
 from .._typing import Model, Tokenizer, TokenizerLike
-from ..arguments import check_count, check_texts, is_int
+from ..arguments import check_count, check_texts
 from ..embeddings import check_tokenizer
 from ..errors import InvalidArgumentError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import check_causal_lm, default_prefix, text_bytes, token_nll
+from .metrics import check_causal_lm, check_positions, default_prefix, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
 
@@ -159,10 +159,7 @@ def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, 
     tokenizer = load_tokenizer(tokenizer, argument=f"{prefix}tokenizer")
     check_tokenizer(model, tokenizer, embeddings.num_rows, argument=f"{prefix}tokenizer")
     default_prefix(tokenizer)
-    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if is_int(positions) and context_length > positions:
-        raise InvalidArgumentError(f"context_length={context_length} is longer than the {positions} positions of "
-                                   f"{prefix}model ({type(model).__name__}): pass at most {positions}.")
+    check_positions(model, context_length, name="context_length", argument=f"{prefix}model")
     return tokenizer
 
 

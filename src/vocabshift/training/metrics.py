@@ -15,12 +15,12 @@ import torch.nn.functional as F
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, Tokenizer
-from ..arguments import check_count, check_texts
+from ..arguments import check_count, check_texts, is_int
 from ..embeddings import Embeddings, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
 from ..vocab.load import load_tokenizer
 
-__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "text_bytes", "token_nll"]
+__all__ = ["bits_per_byte", "check_causal_lm", "check_positions", "default_prefix", "text_bytes", "token_nll"]
 
 
 @torch.no_grad()
@@ -55,7 +55,8 @@ def token_nll(
     check_causal_lm(model, argument="model")
     tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
     _check_texts(texts)
-    check_count(context_length, name="context_length", minimum=2)
+    check_positions(model, check_count(context_length, name="context_length", minimum=2), name="context_length",
+                    argument="model")
     check_count(batch_size, name="batch_size")
     prefix = default_prefix(tokenizer) if prefix_token_id is None else _check_prefix(prefix_token_id, model)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
@@ -80,6 +81,15 @@ def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
         raise UnsupportedModelError(f"{argument} ({type(model).__name__}) has no LM head: held-out scoring needs a "
                                     "causal language model; load it with AutoModelForCausalLM.")
     return embeddings
+
+
+def check_positions(model: Model, length: int, *, name: str, argument: str) -> None:
+    """Refuse sequences of `length` tokens longer than the positions `model` was trained on (its config's
+    `max_position_embeddings`, where it has one): a rotary model would run, on positions it never saw."""
+    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if is_int(positions) and length > positions:
+        raise InvalidArgumentError(f"{name}={length} is longer than the {positions} positions of {argument} "
+                                   f"({type(model).__name__}): pass at most {positions}.")
 
 
 def bits_per_byte(

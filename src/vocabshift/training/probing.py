@@ -28,14 +28,14 @@ from ..registry import build_config, get_method
 from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .cpt.freeze import ROW_CHOICES, freeze_for_embedding_training
-from .distill.collator import DistillationCollator
+from .distill.collator import default_collator
 from .distill.objective import distillation_loss, teacher_targets
 from .distill.pieces import first_pieces, piece_tree
 from .distill.schedule import TeacherSchedule
 from .distill.teacher import Teacher
 from .distill.weights import DistillationWeights
 from .evaluation import eval_mode
-from .metrics import bits_per_byte, check_causal_lm
+from .metrics import bits_per_byte, check_causal_lm, check_positions
 from .plots import plot_curves, require_matplotlib
 from .texts import pack_texts
 
@@ -187,6 +187,7 @@ def probe(
         _check_output(check_output_path(output_dir, name="output_dir"))
         require_matplotlib()
     check_causal_lm(model, argument="model")
+    check_positions(model, context_length, name="context_length", argument="model")
     new_tokenizer = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
@@ -248,7 +249,7 @@ class _Batches:
         generator = torch.Generator().manual_seed(seed)
         order = torch.cat([torch.randperm(len(packed), generator=generator, device="cpu")
                            for _ in range(-(-steps * batch_size // len(packed)))]).tolist()
-        collate = DistillationCollator(tokenizer, source, max_length=length)
+        collate = default_collator(teacher_model, None, tokenizer, source, length)
         self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
                         for step in range(steps)]
         self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True, dtype="auto")

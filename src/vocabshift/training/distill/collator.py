@@ -15,12 +15,13 @@ import numpy as np
 import torch
 
 from ..._typing import Tokenizer
-from ...arguments import check_count
+from ...arguments import check_count, is_int
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...vocab.load import load_tokenizer
+from ..metrics import check_positions
 from ._chunks import align_chunks
 
-__all__ = ["DistillationCollator", "check_text_dataset", "check_text_datasets", "prefix_id"]
+__all__ = ["DistillationCollator", "check_text_dataset", "check_text_datasets", "default_collator", "prefix_id"]
 
 
 def prefix_id(tokenizer: Any, side: str) -> int:
@@ -156,3 +157,17 @@ def _pad(rows: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
     arrays["chunk_mask"] = arrays["chunk_ends"] >= 0
     arrays["labels"] = np.where(arrays["attention_mask"] == 1, arrays["input_ids"], -100)
     return {name: torch.from_numpy(array) for name, array in arrays.items()}  # on the CPU, as a data loader gives
+
+
+def default_collator(model: Any, teacher_model: Any, tokenizer: Any, teacher_tokenizer: Any,
+                     max_length: int) -> DistillationCollator:
+    """`DistillationTrainer`'s collator: `max_length` student tokens, within the student's positions, and at most as
+    many teacher tokens as the teacher's positions (else 8 × `max_length`): the old tokenization of a language the
+    original model cuts finely can be several times longer, and a rotary model would run past its positions."""
+    collator = DistillationCollator(tokenizer, teacher_tokenizer, max_length=max_length)
+    check_positions(model, max_length, name="max_length", argument="model")
+    teacher = teacher_model if teacher_model is not None else model
+    positions = getattr(teacher.config.get_text_config(), "max_position_embeddings", None)
+    if is_int(positions):
+        collator.max_teacher_length = min(8 * max_length, positions)
+    return collator

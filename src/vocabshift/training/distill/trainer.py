@@ -25,7 +25,7 @@ from ...save import atomic_write_text
 from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
-from .collator import DistillationCollator, check_text_datasets
+from .collator import DistillationCollator, check_text_datasets, default_collator
 from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
@@ -153,7 +153,8 @@ class DistillationTrainer(Trainer):
             defaults to the English lines shipped with vocabshift. Pass lines of the model's main language when it is
             not English. They are read only where the new tokenizer cuts them differently from the old one (new
             tokens in the source's script).
-        max_length (`int`, defaults to 128): student tokens per sequence (the collator's `max_length`).
+        max_length (`int`, defaults to 128): student tokens per sequence (the collator's `max_length`), at most the
+            model's positions; the teacher reads at most its own (`default_collator`).
         **kwargs: passed on to `Trainer`.
 
     Raises:
@@ -164,9 +165,11 @@ class DistillationTrainer(Trainer):
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
-        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off); `label_smoothing_factor` or
+        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off), a `max_length` past the model's
+            positions, a dataset without a `"text"` column; `label_smoothing_factor` or
             `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
-            `train_dataset` that is one string, a `data_collator` that is not a `DistillationCollator`.
+            `train_dataset` that is one string or a `DatasetDict`, a `data_collator` that is not a
+            `DistillationCollator`.
 
     Example:
         ```python
@@ -195,8 +198,8 @@ class DistillationTrainer(Trainer):
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
         self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
                                teacher_model=teacher_model, dtype=teacher_dtype)
-        collator = kwargs.pop("data_collator", None) or DistillationCollator(processing_class, teacher_tokenizer,
-                                                                            max_length=max_length)
+        collator = kwargs.pop("data_collator", None) or default_collator(model, teacher_model, processing_class,
+                                                                        teacher_tokenizer, max_length)
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
