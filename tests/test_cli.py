@@ -147,6 +147,11 @@ def test_help_of_every_subcommand_describes_every_argument():
     assert "never from the command line" in subcommands["push"].format_help()
 
 
+def test_version():
+    result = run("--version")
+    assert result.stdout.strip() == f"vocabshift {vocabshift.__version__}"
+
+
 def test_option_values_are_read_as_json_scalars_or_strings():
     assert _key_value("k=3") == ("k", 3) and _key_value("k=0.5") == ("k", 0.5) and _key_value("k=true") == ("k", True)
     assert _key_value("k=char_length") == ("k", "char_length") and _key_value("k=[1]") == ("k", "[1]")

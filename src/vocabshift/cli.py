@@ -24,6 +24,7 @@ from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, HTTPError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
+from ._version import __version__
 from .arguments import check_output_path
 from .assemble import ROW_MULTIPLE
 from .cli_common import SUBCOMMANDS, arg, check_output, load_model, subcommand
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vocabshift", description="Move a Hugging Face LLM to a new language "
                                      "through its vocabulary: extend, initialize, train, propagate, publish.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does (INFO level)")
+    parser.add_argument("--version", action="version", version=f"vocabshift {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     steps = sorted(SUBCOMMANDS, key=lambda entry: _ORDER.index(entry[0]) if entry[0] in _ORDER else len(_ORDER))
     for name, help_text, arguments, function in steps:
