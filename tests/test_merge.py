@@ -113,6 +113,20 @@ def test_specials_after_the_vocabulary_keep_their_ids(tokenizers_en, tokenizers_
     assert len(set(new.get_vocab().values())) == len(new)
 
 
+def test_added_tokens_of_the_new_tokenizer_are_left_out_with_a_warning(tokenizers_en, ru_lines, caplog):
+    """A language tag added to the new tokenizer would vanish without a word: the warning names it and the fix."""
+    old = tokenizers_en["bytelevel"]
+    new = train_tokenizer(ru_lines, like=old, vocab_size=800)
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        merge_tokenizers(old, new)
+    assert not caplog.records  # trained like the old one: its specials are the old ones
+    new.add_special_tokens({"additional_special_tokens": ["<|ru|>"]})
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        merged, _ = merge_tokenizers(old, new)
+    assert "<|ru|>" not in merged.get_vocab()
+    assert "added tokens ['<|ru|>'] are left out" in caplog.text and "then extend with that tokenizer" in caplog.text
+
+
 def test_different_model_kinds_are_refused(tokenizers_en, tokenizers_ru):
     with pytest.raises(IncompatibleTokenizerError, match="Cannot extend a BPE tokenizer with the Unigram"):
         merge_tokenizers(tokenizers_en["bytelevel"], tokenizers_ru["unigram"])

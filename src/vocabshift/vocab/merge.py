@@ -87,7 +87,7 @@ def merge_tokenizers(
     Args:
         source: the model's tokenizer; every one of its ids keeps its meaning.
         new: a target-language tokenizer with a model of the same kind (BPE, Unigram or WordPiece); its special
-            and added tokens are not carried over.
+            and added tokens are not carried over (a warning names those the old tokenizer lacks).
         target_texts (`Sequence[str]`, *optional*): target-language lines for the fertility figures of the report
             and for `keep_source_segmentation`.
         source_texts (`Sequence[str]`, *optional*): source-language lines for the segmentation-change figure.
@@ -123,6 +123,7 @@ def merge_tokenizers(
             f"Cannot extend a {kind} tokenizer with the {new_kind} tokenizer given as new_tokenizer: train the new "
             f"tokenizer as {kind} (the old one's kind), or use mode='replace'."
         )
+    _warn_added_tokens(source, new_state)
     before = len(source)
     with tqdm(total=4, desc="Merging tokenizers", leave=False) as progress:
         _fill_holes(state)
@@ -151,6 +152,21 @@ def merge_tokenizers(
         progress.update()
     logger.info("Merged tokenizer: %s", report)
     return merged, report
+
+
+def _warn_added_tokens(source: Any, new_state: dict[str, Any]) -> None:
+    """Say which added tokens of the new tokenizer (its specials, tokens added to it) the merge leaves out: only its
+    model's pieces are merged, so that a token such as a language tag would otherwise vanish without a word."""
+    vocab = source.get_vocab()
+    left_out = [entry["content"] for entry in new_state.get("added_tokens", []) if entry["content"] not in vocab]
+    if left_out:
+        logger.warning(
+            "new_tokenizer's added tokens %s are left out: only the pieces of its model are merged, and the model "
+            "keeps its own special tokens. To give the model a token of its own (e.g. a language tag), add it to "
+            "the model's tokenizer and rows before extending (tokenizer.add_special_tokens(...) and "
+            "model.resize_token_embeddings(len(tokenizer))), then extend with that tokenizer as source_tokenizer.",
+            left_out[:10] + (["..."] if len(left_out) > 10 else []),
+        )
 
 
 def rebuild_tokenizer(like: Any, state: dict[str, Any]) -> Any:
