@@ -147,6 +147,18 @@ def test_help_of_every_subcommand_describes_every_argument():
     assert "never from the command line" in subcommands["push"].format_help()
 
 
+def test_ctrl_c_ends_the_command_without_a_traceback():
+    """A real SIGINT, sent while the command works (here: while it lists the methods)."""
+    script = ("import os, signal, sys\n"
+              "import vocabshift.cli as cli\n"
+              "cli.list_methods = lambda: os.kill(os.getpid(), signal.SIGINT) or []\n"
+              "sys.exit(cli.main(['methods']))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("interrupted: nothing half-written is left")
+
+
 def test_version():
     result = run("--version")
     assert result.stdout.strip() == f"vocabshift {vocabshift.__version__}"

@@ -300,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: the Hub at {constants.ENDPOINT} could not be reached ({type(error).__name__}: {error}): check "
               "the network, HF_ENDPOINT and the proxy settings.", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written to temporary siblings, removed on the way out
+        print("interrupted: nothing half-written is left (outputs are written to temporary siblings and renamed into "
+              "place when complete)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
