@@ -18,7 +18,7 @@ import torch
 from datasets import Dataset, DatasetDict
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
-from transformers import Trainer, TrainingArguments
+from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
 
 import vocabshift
 from conftest import ROOT, make_model, make_tokenizer
@@ -223,6 +223,18 @@ API = {
     "max_length=1": (_distill(max_length=1), E.InvalidArgumentError, "max_length=1"),
     "max_length beyond the model's positions": (_distill(max_length=10**7), E.InvalidArgumentError,
                                                 "max_length=10000000 is longer than the "),
+    "teacher_model of another width": (
+        _distill(teacher_model=At(lambda w: Qwen2ForCausalLM(Qwen2Config(
+            vocab_size=len(w.source), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2))), callbacks=[]),
+        E.InvalidArgumentError, "its hidden states have 32 values, the model's 64"),
+    "teacher_model of a smaller vocabulary": (
+        _distill(teacher_model=At(lambda w: Qwen2ForCausalLM(Qwen2Config(
+            vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=2))), callbacks=[]),
+        E.InvalidArgumentError, "teacher_model (Qwen2ForCausalLM) is not the original model: its 100 embedding rows"),
+    "teacher_model = the extended model": (_distill(teacher_model=At(lambda w: w.extended), callbacks=[]),
+                                           E.InvalidArgumentError, "it carries the record of an extend_vocabulary"),
     "teacher_dtype=int8": (_distill(teacher_dtype="int8"), E.InvalidArgumentError, "dtype='int8'"),
     "layer beyond the model's": (_distill(weights=DistillationWeights(layer=40)), E.InvalidArgumentError,
                                  "weights.layer=40 is outside the hidden states of"),

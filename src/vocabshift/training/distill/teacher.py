@@ -25,11 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from ..._typing import Model
-from ...embeddings import OriginalEmbeddings, find_embeddings, original_embeddings
+from ...embeddings import MAX_PADDING_ROWS, OriginalEmbeddings, find_embeddings, original_embeddings
 from ...errors import InvalidArgumentError, TrainingSetupError
 from ...record import find_record
+from ...vocab.load import fingerprint
 
-__all__ = ["Teacher", "TeacherOutput", "native_bf16"]
+__all__ = ["Teacher", "TeacherOutput", "check_teacher", "native_bf16"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +159,35 @@ def _originals(model: Any) -> OriginalEmbeddings:
             "with AutoModelForCausalLM.from_pretrained(record.source_model)>."
         )
     return originals
+
+
+def check_teacher(model: Model, teacher_model: Model | None, teacher_tokenizer: Any, weights: Any) -> None:
+    """The teacher fits what it reads and what it is compared with: `weights.layer` indexes its hidden states, and a
+    separate `teacher_model` has a row for every token of `teacher_tokenizer` (and not many more: then it is not that
+    tokenizer's model), is not an extended model read with the old tokenizer, and with the `hidden` objective gives
+    hidden states of the student's size (`InvalidArgumentError`, before any step)."""
+    teacher = teacher_model if teacher_model is not None else model
+    layers = getattr(getattr(teacher, "config", None), "num_hidden_layers", None)
+    if isinstance(layers, int) and not -(layers + 1) <= weights.layer <= layers:
+        raise InvalidArgumentError(
+            f"weights.layer={weights.layer} is outside the hidden states of {type(teacher).__name__} ({layers} "
+            f"layers: indexes -{layers + 1} to {layers}): pass one of those, e.g. -1 for the last layer.")
+    why = None if teacher_model is None else _not_the_original(teacher_model, model, teacher_tokenizer, weights)
+    if why is not None:
+        raise InvalidArgumentError(f"teacher_model ({type(teacher_model).__name__}) is not the original model: {why}. "
+                                   "Pass the model the extended one was made from, as teacher_model.")
+
+
+def _not_the_original(teacher_model: Model, model: Model, teacher_tokenizer: Any, weights: Any) -> str | None:
+    """Why `teacher_model` cannot be the model `teacher_tokenizer` belongs to, or cannot teach `model`; None if not."""
+    rows, tokens = find_embeddings(teacher_model).num_rows, len(teacher_tokenizer)
+    if not 0 <= rows - tokens <= MAX_PADDING_ROWS:
+        return f"its {rows} embedding rows do not fit teacher_tokenizer's {tokens} tokens"
+    record = find_record(teacher_model)
+    if record is not None and record.tokenizer_sha256 != fingerprint(teacher_tokenizer):
+        return "it carries the record of an extend_vocabulary call whose tokenizer is not teacher_tokenizer"
+    width, wanted = (getattr(m.config.get_text_config(), "hidden_size", None) for m in (teacher_model, model))
+    if weights.hidden and width != wanted:
+        return (f"its hidden states have {width} values, the model's {wanted}, and the hidden objective compares "
+                "them (DistillationWeights(hidden=0) leaves it out)")
+    return None

@@ -31,7 +31,7 @@ from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
 from .replay import SourceReplay, source_loss
 from .schedule import TeacherSchedule
-from .teacher import Teacher
+from .teacher import Teacher, check_teacher
 from .weights import DistillationWeights
 
 __all__ = ["DistillationTrainer"]
@@ -85,16 +85,6 @@ def _check_own_loss(args: TrainingArguments | None, kwargs: dict[str, Any]) -> N
         raise InvalidArgumentError("compute_loss_func is given, but DistillationTrainer computes its own loss "
                                    "(DistillationWeights chooses its terms): leave compute_loss_func out, or train "
                                    "with Trainer + EmbeddingOnlyCallback.")
-
-
-def _check_layer(layer: int, model: Any) -> None:
-    """`weights.layer` indexes the model's hidden states: the embeddings' output and one per layer."""
-    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
-    if isinstance(layers, int) and not -(layers + 1) <= layer <= layers:
-        raise InvalidArgumentError(
-            f"weights.layer={layer} is outside the hidden states of {type(model).__name__} ({layers} layers: "
-            f"indexes -{layers + 1} to {layers}): pass one of those, e.g. -1 for the last layer."
-        )
 
 
 def _check_tokenizers(record: Any, student: Any, teacher: Any) -> None:
@@ -189,11 +179,11 @@ class DistillationTrainer(Trainer):
         _check_types(weights, teacher_model, train_dataset, kwargs)
         _check_own_loss(args, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
-        _check_layer(self.weights.layer, teacher_model if teacher_model is not None else model)
         record = get_record(model)
         processing_class = load_tokenizer(processing_class, argument="processing_class")
         teacher_tokenizer = load_tokenizer(teacher_tokenizer, argument="teacher_tokenizer")
         _check_tokenizers(record, processing_class, teacher_tokenizer)
+        check_teacher(model, teacher_model, teacher_tokenizer, self.weights)
         frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
         self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
