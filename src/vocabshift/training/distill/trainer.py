@@ -156,7 +156,8 @@ class DistillationTrainer(Trainer):
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
         `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off), a `max_length` past the model's
-            positions, a dataset without a `"text"` column; `label_smoothing_factor` or
+            positions, a dataset without a `"text"` column, a `teacher_model` that is not the original model
+            (`check_teacher`); `label_smoothing_factor` or
             `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
             `train_dataset` that is one string or a `DatasetDict`, a `data_collator` that is not a
             `DistillationCollator`.
