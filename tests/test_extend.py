@@ -56,6 +56,20 @@ def test_tying_is_preserved(tokenizers_en, tokenizers_ru, architecture):
     assert vocabshift.get_record(model).tied == tied
 
 
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_rows_computed_inside_inference_mode_can_train(tokenizers_en, tokenizers_ru, mode):
+    """extend_vocabulary inside `torch.inference_mode()` (after an evaluation, say) gives rows that take gradients."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    model = make_model("llama-untied", source)
+    with torch.inference_mode():
+        tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode=mode)
+    parameters = [model.get_input_embeddings().weight, model.get_output_embeddings().weight]
+    assert not any(p.is_inference() for p in model.parameters())
+    ids = torch.tensor([tokenizer.encode("Привет, мир")])
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in parameters)
+
+
 def test_untied_output_rows_get_their_own_initialization(tokenizers_en, tokenizers_ru):
     source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
     model = make_model("llama-untied", source)

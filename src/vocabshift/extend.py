@@ -324,10 +324,13 @@ def _id_map(alignment: Alignment) -> dict[int, int]:
     return mapping
 
 
+@torch.inference_mode(False)
 def _write(model: Model, embeddings: Embeddings, weights: dict[str, torch.Tensor], record: ExtensionRecord,
            id_map: dict[int, int] | None) -> None:
     """The only writes to the model: embedding rows (in replace mode the original ones kept beside them, for
-    distillation's teacher), head size, vocabulary size, special ids, the record."""
+    distillation's teacher), head size, vocabulary size, special ids, the record. Rows computed inside
+    `torch.inference_mode()` are copied out of it first: inference tensors could never train."""
+    weights = {side: rows.clone() if rows.is_inference() else rows for side, rows in weights.items()}
     num_rows = weights["input"].shape[0]
     if id_map is not None:  # replace mode: distillation's teacher reads the original rows from the model
         setattr(model, ORIGINALS, OriginalEmbeddings.of(model))
