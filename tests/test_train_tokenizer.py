@@ -137,3 +137,14 @@ def test_source_text_options_are_checked(tokenizers_en, tokenizers_ru):
     with pytest.raises(InvalidArgumentError, match="keep_source_segmentation='yes' is invalid"):
         model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"],
                                 keep_source_segmentation="yes")
+
+
+def test_a_corpus_that_runs_out_of_pieces_is_named(tokenizers_en, ru_lines, caplog):
+    """Asked for more tokens than the texts hold, the trainer stops early: the user hears how many they got."""
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        small = vocabshift.train_tokenizer(ru_lines[:20], like=tokenizers_en["bytelevel"], vocab_size=50_000)
+    assert len(small) < 50_000 and f"vocab_size=50000 was asked, the texts gave {len(small)} tokens" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        vocabshift.train_tokenizer(ru_lines, like=tokenizers_en["bytelevel"], vocab_size=800)
+    assert not caplog.records

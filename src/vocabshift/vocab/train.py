@@ -10,6 +10,7 @@ fallback the vocabulary holds the 256 `<0xNN>` pieces (and `like`'s unk), so tha
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,7 +28,10 @@ from .load import load_tokenizer
 
 __all__ = ["train_tokenizer"]
 
+logger = logging.getLogger(__name__)
+
 _BYTE_PIECES = [f"<0x{byte:02X}>" for byte in range(256)]
+_SHORT = 0.95  # below this share of vocab_size the corpus ran out of pieces: worth a word to the user
 
 
 def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: int, min_frequency: int = 2
@@ -75,7 +79,12 @@ def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: in
     tokenizer.pre_tokenizer = old.pre_tokenizer
     if reserved:
         tokenizer = _with_reserved(tokenizer, reserved, model_state)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+    trained = PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+    if len(trained) < _SHORT * vocab_size:
+        logger.warning("train_tokenizer: vocab_size=%d was asked, the texts gave %d tokens (no more pieces occur "
+                       "min_frequency=%d times together): more text, or a lower min_frequency, gives more.",
+                       vocab_size, len(trained), min_frequency)
+    return trained
 
 
 def _reserved(model_state: dict[str, Any], family: str) -> list[str]:
