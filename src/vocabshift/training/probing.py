@@ -214,8 +214,10 @@ def probe(
 
 def _check(methods: Any, method_options: Any) -> dict[str, Any]:
     """The options of each method, once every name and option is known to be valid."""
-    if isinstance(methods, str) or not methods:
-        raise InvalidArgumentError(f"methods={methods!r} is invalid: pass a list of names, e.g. ['mean', 'subword'].")
+    if isinstance(methods, str) or not isinstance(methods, Sequence) or len({*map(repr, methods)}) < len(methods) \
+            or not methods:
+        raise InvalidArgumentError(f"methods={methods!r} is invalid: pass a list of distinct names, e.g. ['mean', "
+                                   "'subword'].")
     options = dict(method_options or {})
     unknown = sorted(set(options) - set(methods))
     if unknown:
