@@ -341,6 +341,8 @@ API = {
     "evaluate with the original tokenizer": (lambda w: vocabshift.evaluate(w.extended, w.source, w.ru[:4]),
                                              E.TokenizerMismatchError, "tokenizer is not the tokenizer returned"),
     "get_method('nope')": (lambda w: vocabshift.get_method("nope"), E.UnknownMethodError, "Unknown method 'nope'"),
+    "word vectors path=None": (lambda w: vocabshift.load_word_vectors(None), E.InvalidArgumentTypeError,
+                               "path=None is a NoneType: pass a path"),
     "word vectors missing": (lambda w: vocabshift.load_word_vectors(w.root / "nowhere.vec"),
                              E.WordVectorsNotFoundError, "nowhere.vec' does not exist"),
     "word vectors of garbage": (lambda w: vocabshift.load_word_vectors(w.root / "garbage.vec"), E.WordVectorsError,

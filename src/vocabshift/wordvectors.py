@@ -23,7 +23,7 @@ import numpy as np
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
 from ._typing import Corpus, Tokenizer, TokenizerLike
-from .arguments import check_choice, check_count
+from .arguments import check_choice, check_count, check_path
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
@@ -269,11 +269,11 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
         `WordVectorsNotFoundError`: if the file does not exist.
         `WordVectorsError`: if it is a folder, not a fastText model or a `.vec` file with rows of the declared
             dimension.
-        `InvalidArgumentError`: another `level`.
+        `InvalidArgumentError`: another `level`, or a `path` that is no path (`InvalidArgumentTypeError`).
     """
     if level is not None:
         check_choice(level, ("token", "word", "auto"), name="level")
-    path = Path(path).expanduser()
+    path = check_path(path, name="path").expanduser()
     if path.is_dir():
         raise WordVectorsError(f"word_vectors={str(path)!r} is a folder: pass the fastText .bin or .vec file in it.")
     if not path.is_file():
