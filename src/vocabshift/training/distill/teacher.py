@@ -181,7 +181,9 @@ def check_teacher(model: Model, teacher_model: Model | None, teacher_tokenizer: 
 def _not_the_original(teacher_model: Model, model: Model, teacher_tokenizer: Any, weights: Any) -> str | None:
     """Why `teacher_model` cannot be the model `teacher_tokenizer` belongs to, or cannot teach `model`; None if not."""
     rows, tokens = find_embeddings(teacher_model).num_rows, len(teacher_tokenizer)
-    if not 0 <= rows - tokens <= MAX_PADDING_ROWS:
+    # ids past the rows may only be special tokens (Gemma-3's image token is one), rows past the ids only padding
+    beyond = {token for token, index in teacher_tokenizer.get_vocab().items() if index >= rows}
+    if rows - tokens > MAX_PADDING_ROWS or not beyond <= set(teacher_tokenizer.all_special_tokens):
         return f"its {rows} embedding rows do not fit teacher_tokenizer's {tokens} tokens"
     record = find_record(teacher_model)
     if record is not None and record.tokenizer_sha256 != fingerprint(teacher_tokenizer):
