@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 import vocabshift
 from vocabshift import wordvectors
@@ -120,3 +121,10 @@ def test_bad_corpora_are_refused_with_the_fix(tmp_path, ru_lines):
     with pytest.raises(CorpusError, match="is not a file"):
         vocabshift.train_word_vectors(tmp_path / "nowhere.txt", cache_dir=tmp_path)
     assert not list(tmp_path.glob("*.bin")), "a refused corpus left a model behind"
+
+
+def test_vectors_from_a_tensor_of_any_dtype():
+    """An embedding matrix as it comes from a model (bfloat16, a parameter) is read as float32 rows."""
+    matrix = torch.nn.Parameter(torch.arange(6, dtype=torch.bfloat16).view(2, 3))
+    vectors = vocabshift.WordVectors(["a", "b"], matrix)
+    assert vectors.vectors.dtype == np.float32 and vectors.vectors.tolist() == [[0, 1, 2], [3, 4, 5]]

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import torch
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
 from ._typing import Corpus, Tokenizer, TokenizerLike
-from .arguments import check_choice, check_count, check_path
+from .arguments import check_choice, check_count, check_output_path, check_path
 from .corpus import corpus_fingerprint, documents
-from .errors import CorpusError, WordVectorsError, WordVectorsNotFoundError
+from .errors import CorpusError, InvalidArgumentError, WordVectorsError, WordVectorsNotFoundError
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -53,7 +54,7 @@ class WordVectors:
 
     Args:
         words (`Sequence[str]`): the vocabulary, most frequent first.
-        vectors (`np.ndarray`): `(len(words), dim)` rows.
+        vectors (`np.ndarray` or `torch.Tensor`): `(len(words), dim)` rows (kept as float32).
         level (`str`, defaults to `"word"`): `"token"`, `"word"`, or `"auto"` (unknown, e.g. a file without the
             metadata `train_word_vectors` writes: token level when at least 10% of the keys start with a token
             marker such as `▁`, `Ġ` or `##`).
@@ -63,14 +64,23 @@ class WordVectors:
         model (*optional*): the fastText model, to compose vectors of unseen words from character n-grams.
 
     Raises:
-        `WordVectorsError`: if `vectors` is not a 2-D array with one row per word.
+        `WordVectorsError`: if `words` is not a list of strings, or `vectors` not a 2-D array of numbers with one
+            row per word.
         `InvalidArgumentError`: another `level`.
     """
 
     def __init__(self, words: Sequence[str], vectors: Any, *, level: Level = "word", family: Family | None = None,
                  source: str = "", model: Any = None) -> None:
         check_choice(level, ("token", "word", "auto"), name="level")
-        vectors = np.asarray(vectors, dtype=np.float32)
+        if isinstance(words, str) or not isinstance(words, Sequence) or not all(isinstance(w, str) for w in words):
+            raise WordVectorsError(f"words={words!r:.60} is invalid: pass a list of strings, one per row of vectors.")
+        if isinstance(vectors, torch.Tensor):  # any dtype or device, a parameter too
+            vectors = vectors.detach().float().cpu().numpy()
+        try:
+            vectors = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise WordVectorsError(f"vectors is a {type(vectors).__name__} that is no matrix of numbers ({error}): "
+                                   "pass a 2-D array or tensor, one row per word.") from None
         if vectors.ndim != 2 or vectors.shape[0] != len(words) or vectors.shape[1] == 0:
             raise WordVectorsError(
                 f"Word vectors{f' from {source}' if source else ''} have shape {vectors.shape} for {len(words)} "
@@ -182,7 +192,8 @@ def train_word_vectors(
     Raises:
         `CorpusError`: if the corpus is empty, not text or not UTF-8, or too small for `min_count`.
         `InvalidTokenizerError`, `TokenizerLoadError`: `tokenizer` is not a fast tokenizer (or its path).
-        `InvalidArgumentError`: a count below 1 or another `model` (`InvalidArgumentTypeError`: not an int).
+        `InvalidArgumentError`: a count below 1 or another `model` (`InvalidArgumentTypeError`: not an int), a
+            `cache_dir` that is a file or cannot be written.
 
     Example:
         ```python
@@ -193,6 +204,9 @@ def train_word_vectors(
     for name, count in (("dim", dim), ("epochs", epochs), ("min_count", min_count), ("bucket", bucket)):
         check_count(count, name=name)
     check_choice(model, ("cbow", "skipgram"), name="model")
+    folder = default_cache_dir() if cache_dir is None else check_output_path(cache_dir, name="cache_dir").expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise InvalidArgumentError(f"cache_dir={str(cache_dir)!r} is a file: pass a folder to keep trained models in.")
     loaded = None if tokenizer is None else load_tokenizer(tokenizer, argument="tokenizer")
     settings = {"model": model, "dim": dim, "epoch": epochs, "minCount": min_count, "neg": 10, "bucket": bucket}
     corpus_sha, count = corpus_fingerprint(corpus)
@@ -201,8 +215,7 @@ def train_word_vectors(
     if loaded is not None:
         meta["family"], meta["tokenizer_sha256"] = detect_family(backend_state(loaded)), fingerprint(loaded)
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
-    path = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    path = path / f"{meta['level']}-{key}.bin"
+    path = folder / f"{meta['level']}-{key}.bin"
     if not path.exists():
         _train(corpus, loaded, settings, meta, path)
     return load_word_vectors(path)

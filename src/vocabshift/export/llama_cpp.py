@@ -15,6 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from ..arguments import check_path
 from ..errors import LlamaCppError
 
 __all__ = ["LLAMA_CPP_PYTHON", "cached_converter", "converter_dir"]
@@ -34,7 +35,7 @@ def converter_dir(llama_cpp: str | os.PathLike | None = None) -> Path:
             downloaded.
     """
     if llama_cpp is not None:
-        folder = Path(llama_cpp).expanduser()
+        folder = check_path(llama_cpp, name="llama_cpp").expanduser()
         if not (folder / _SCRIPT).is_file():
             raise LlamaCppError(f"llama_cpp={os.fspath(llama_cpp)!r} holds no {_SCRIPT}: pass the root of a llama.cpp "
                                 "checkout (git clone https://github.com/ggml-org/llama.cpp), or leave it out to use "

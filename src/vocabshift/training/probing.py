@@ -169,7 +169,7 @@ def probe(
         ```
     """
     options = _check(methods, method_options)
-    if isinstance(objectives, (str, DistillationWeights)) or not objectives:
+    if isinstance(objectives, (str, DistillationWeights)) or not isinstance(objectives, Sequence) or not objectives:
         raise InvalidArgumentError(f"objectives={objectives!r} is invalid: pass a list, e.g. ['next_token', "
                                    "'distillation'].")
     weights = {_label(o): _weights(o) for o in objectives}
@@ -218,6 +218,9 @@ def _check(methods: Any, method_options: Any) -> dict[str, Any]:
             or not methods:
         raise InvalidArgumentError(f"methods={methods!r} is invalid: pass a list of distinct names, e.g. ['mean', "
                                    "'subword'].")
+    if method_options is not None and not isinstance(method_options, Mapping):
+        raise InvalidArgumentError(f"method_options={method_options!r:.60} is invalid: pass a dict of method name to "
+                                   "its options, e.g. {'subword': {'input_weighting': 'uniform'}}.")
     options = dict(method_options or {})
     unknown = sorted(set(options) - set(methods))
     if unknown:

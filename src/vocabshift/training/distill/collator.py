@@ -98,7 +98,7 @@ class DistillationCollator:
 
     def __post_init__(self) -> None:
         for name in ("max_length", "max_teacher_length"):
-            if getattr(self, name) is not None:
+            if name == "max_length" or getattr(self, name) is not None:
                 check_count(getattr(self, name), name=name, minimum=2, accepted="an int of at least 2")
         self.tokenizer = load_tokenizer(self.tokenizer, argument="tokenizer")
         self.teacher_tokenizer = load_tokenizer(self.teacher_tokenizer, argument="teacher_tokenizer")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import torch
 from transformers import Trainer
+from transformers import TrainingArguments as HFTrainingArguments
 
 from ..._typing import Model, TokenizerLike, TrainingArguments
 from ...embeddings import find_embeddings
@@ -75,6 +76,8 @@ def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: d
 
 def _check_own_loss(args: TrainingArguments | None, kwargs: dict[str, Any]) -> None:
     """Refuse the Trainer's loss settings, which this trainer's own loss would ignore without a word."""
+    if args is not None and not isinstance(args, HFTrainingArguments):
+        raise InvalidArgumentTypeError(f"args is a {type(args).__name__}: pass TrainingArguments(...), or None.")
     smoothing = args.label_smoothing_factor if args is not None else 0
     if smoothing:
         raise InvalidArgumentError(
