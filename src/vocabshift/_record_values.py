@@ -53,7 +53,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "new_num_rows": _COUNT,
     "tied": _FLAG,
     "new_token_ranges": (_list_of(list), "a list of [start, stop] pairs"),
-    "special_tokens": (_string_map(_count), "a mapping of token to id"),
+    "special_tokens": (_string_map(lambda value: value is None or _count(value)), "a mapping of token to id"),
     "source_tokenizer_sha256": _TEXT,
     "new_tokenizer_sha256": _TEXT,
     "tokenizer_sha256": _TEXT,
