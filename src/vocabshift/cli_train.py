@@ -13,6 +13,7 @@ from huggingface_hub.utils import are_progress_bars_disabled
 from transformers import Trainer, TrainingArguments
 
 from ._typing import Model, Tokenizer
+from .arguments import check_positions
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
 from .corpus import read_texts
@@ -20,7 +21,6 @@ from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
-from .training.metrics import check_positions
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
 

@@ -12,13 +12,13 @@ from typing import Any
 import torch
 
 from .._typing import Model, Tokenizer, TokenizerLike
-from ..arguments import check_count, check_texts
+from ..arguments import check_count, check_positions, check_texts
 from ..embeddings import check_tokenizer
 from ..errors import InvalidArgumentError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import check_causal_lm, check_positions, default_prefix, text_bytes, token_nll
+from .metrics import check_causal_lm, default_prefix, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
 

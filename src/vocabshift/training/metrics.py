@@ -15,12 +15,12 @@ import torch.nn.functional as F
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, Tokenizer
-from ..arguments import check_count, check_texts, is_int
+from ..arguments import check_count, check_positions, check_texts
 from ..embeddings import Embeddings, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
 from ..vocab.load import load_tokenizer
 
-__all__ = ["bits_per_byte", "check_causal_lm", "check_positions", "default_prefix", "text_bytes", "token_nll"]
+__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "text_bytes", "token_nll"]
 
 
 @torch.no_grad()
@@ -81,15 +81,6 @@ def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
         raise UnsupportedModelError(f"{argument} ({type(model).__name__}) has no LM head: held-out scoring needs a "
                                     "causal language model; load it with AutoModelForCausalLM.")
     return embeddings
-
-
-def check_positions(model: Model, length: int, *, name: str, argument: str) -> None:
-    """Refuse sequences of `length` tokens longer than the positions `model` was trained on (its config's
-    `max_position_embeddings`, where it has one): a rotary model would run, on positions it never saw."""
-    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if is_int(positions) and length > positions:
-        raise InvalidArgumentError(f"{name}={length} is longer than the {positions} positions of {argument} "
-                                   f"({type(model).__name__}): pass at most {positions}.")
 
 
 def bits_per_byte(

@@ -19,7 +19,7 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
-from ..arguments import check_count, check_output_path, check_rate, check_texts
+from ..arguments import check_count, check_output_path, check_positions, check_rate, check_texts
 from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
@@ -35,7 +35,7 @@ from .distill.schedule import TeacherSchedule
 from .distill.teacher import Teacher
 from .distill.weights import DistillationWeights
 from .evaluation import eval_mode
-from .metrics import bits_per_byte, check_causal_lm, check_positions
+from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
 from .texts import pack_texts
 

@@ -15,10 +15,9 @@ import numpy as np
 import torch
 
 from ..._typing import Tokenizer
-from ...arguments import check_count, is_int
+from ...arguments import check_count, check_positions, is_int
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...vocab.load import load_tokenizer
-from ..metrics import check_positions
 from ._chunks import align_chunks
 
 __all__ = ["DistillationCollator", "check_text_dataset", "check_text_datasets", "default_collator", "prefix_id"]
