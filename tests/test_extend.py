@@ -70,6 +70,17 @@ def test_rows_computed_inside_inference_mode_can_train(tokenizers_en, tokenizers
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in parameters)
 
 
+def test_source_texts_in_any_collection(tokenizers_en, tokenizers_ru, en_held):
+    """source_texts as a generator is read once, as the list would be (target_texts always took any iterable)."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    lists = make_model("qwen2-tied", source)
+    lists.extend_vocabulary(new, source_tokenizer=source, source_texts=en_held[:50])
+    generated = make_model("qwen2-tied", source)
+    generated.extend_vocabulary(new, source_tokenizer=source, source_texts=(line for line in en_held[:50]))
+    assert vocabshift.get_record(generated).tokenizer_report == vocabshift.get_record(lists).tokenizer_report
+    assert vocabshift.get_record(generated).tokenizer_report["source_lines_checked"] == 50
+
+
 def test_untied_output_rows_get_their_own_initialization(tokenizers_en, tokenizers_ru):
     source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
     model = make_model("llama-untied", source)

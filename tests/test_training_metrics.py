@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -49,6 +50,19 @@ def test_bits_per_byte_divides_by_the_texts_own_bytes(scored, ru_held):
     assert text_bytes(texts) == sum(len(text.encode("utf-8")) for text in texts) < len("\n".join(texts).encode())
     expected = nll.double().sum().item() / math.log(2) / text_bytes(texts)
     assert bits_per_byte(model, tokenizer, texts, context_length=64) == pytest.approx(expected, rel=1e-12)
+
+
+def test_texts_in_any_collection_score_as_the_list(scored, ru_held):
+    """A generator is read once (token_nll and the byte count both need the texts), an array or a tuple as a list."""
+    model, tokenizer = scored
+    texts = ru_held[:5]
+    expected = bits_per_byte(model, tokenizer, texts, context_length=64)
+    for given in ((text for text in texts), np.array(texts), tuple(texts)):
+        assert bits_per_byte(model, tokenizer, given, context_length=64) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(InvalidArgumentError, match="texts is empty"):
+        bits_per_byte(model, tokenizer, (text for text in []))
+    with pytest.raises(InvalidArgumentError, match="texts is a dict"):
+        bits_per_byte(model, tokenizer, dict.fromkeys(texts))
 
 
 def test_metrics_refuse_texts_without_text(scored):

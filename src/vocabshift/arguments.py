@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -68,11 +68,14 @@ def check_rate(value: Any, *, name: str, positive: bool = True) -> float:
 
 
 def check_texts(value: Any, *, name: str, blanks: bool = False) -> Sequence[str]:
-    """A non-empty list (or tuple) of strings, one document or line each; non-blank unless `blanks` (where a blank
-    text is simply nothing to score)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+    """A non-empty collection of strings, one document or line each; non-blank unless `blanks` (where a blank text is
+    simply nothing to score). A list, a tuple or a dataset column is returned as it is; any other iterable (a
+    generator, an array, a pandas Series) is read once, into a list: pass on the returned value."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__}: pass a non-empty list of strings, one "
                                        "line or document each.")
+    if not isinstance(value, Sequence):
+        value = list(value)
     if not value:
         raise InvalidArgumentError(f"{name} is empty: pass a non-empty list of strings, one line or document each.")
     for index, text in enumerate(value):

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import lzma
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -32,13 +32,14 @@ def source_lines(source_texts: Any) -> list[str]:
     """
     if source_texts is None:
         return list(shipped_english())
-    if (isinstance(source_texts, (str, bytes, os.PathLike)) or not isinstance(source_texts, Sequence)
-            or not source_texts or not all(isinstance(line, str) for line in source_texts)):
+    lines = None if isinstance(source_texts, (str, bytes, os.PathLike, Mapping)) or not isinstance(
+        source_texts, Iterable) else list(source_texts)
+    if not lines or not all(isinstance(line, str) for line in lines):
         raise CorpusError(
             f"source_texts is a {type(source_texts).__name__} ({str(source_texts)[:60]!r}): pass a non-empty list "
             "of source-language lines (strings), or None for the English lines shipped with vocabshift."
         )
-    return list(source_texts)
+    return lines
 
 
 def text_lines(texts: Any, *, name: str = "texts") -> list[str]:

@@ -139,7 +139,7 @@ def evaluate(
         >>> print(result)
         ```
     """
-    check_texts(texts, name="texts")
+    texts = check_texts(texts, name="texts")
     if (original_model is None) != (original_tokenizer is None):
         raise InvalidArgumentError("Pass both original_model and original_tokenizer, or neither.")
     options = {"context_length": check_count(context_length, name="context_length", minimum=2),

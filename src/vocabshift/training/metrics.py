@@ -54,7 +54,7 @@ def token_nll(
     """
     check_causal_lm(model, argument="model")
     tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
-    _check_texts(texts)
+    texts = _check_texts(texts)
     check_positions(model, check_count(context_length, name="context_length", minimum=2), name="context_length",
                     argument="model")
     check_count(batch_size, name="batch_size")
@@ -103,6 +103,7 @@ def bits_per_byte(
     Raises:
         `InvalidArgumentError`: as `token_nll`, and texts without a byte.
     """
+    texts = _check_texts(texts)  # read once: token_nll and text_bytes both go through them
     _, nll = token_nll(
         model, tokenizer, texts, context_length=context_length, batch_size=batch_size, prefix_token_id=prefix_token_id
     )
@@ -131,11 +132,12 @@ def default_prefix(tokenizer: Tokenizer) -> int:
     return prefix
 
 
-def _check_texts(texts: Sequence[str]) -> None:
-    """A non-empty list of strings (empty ones score nothing): a single string would be scored as its characters."""
+def _check_texts(texts: Sequence[str]) -> Sequence[str]:
+    """A non-empty collection of strings (empty ones score nothing): a single string would be scored as its
+    characters. Any iterable is read once (`check_texts`)."""
     if isinstance(texts, Sequence) and not isinstance(texts, (str, bytes)) and not texts:
         raise InvalidArgumentError("texts is empty: pass at least one held-out line.")
-    check_texts(texts, name="texts", blanks=True)
+    return check_texts(texts, name="texts", blanks=True)
 
 
 def _check_prefix(prefix_token_id: int, model: Model) -> int:

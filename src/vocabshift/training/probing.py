@@ -173,8 +173,8 @@ def probe(
         raise InvalidArgumentError(f"objectives={objectives!r} is invalid: pass a list, e.g. ['next_token', "
                                    "'distillation'].")
     weights = {_label(o): _weights(o) for o in objectives}
-    for name, value in (("train_texts", train_texts), ("held_out_texts", held_out_texts)):
-        check_texts(value, name=name)
+    train_texts = check_texts(train_texts, name="train_texts")
+    held_out_texts = check_texts(held_out_texts, name="held_out_texts")
     counts = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size, "context_length": context_length}
     for name, count in counts.items():
         check_count(count, name=name, minimum=2 if name == "context_length" else 1)
