@@ -19,7 +19,8 @@ from huggingface_hub.utils import validate_repo_id
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_choice", "check_count", "check_flag", "check_output_path", "check_path", "check_positions",
-           "check_rate", "check_repo_id", "check_shard_size", "check_texts", "check_token", "is_int"]
+           "check_rate", "check_repo_id", "check_shard_size", "check_texts", "check_token", "is_int",
+           "model_positions"]
 
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
@@ -153,10 +154,16 @@ def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
     return repo_id
 
 
-def check_positions(model: Any, length: int, *, name: str, argument: str) -> None:
-    """Refuse sequences of `length` tokens longer than the positions `model` was trained on (its config's
-    `max_position_embeddings`, where it has one): a rotary model would run, on positions it never saw."""
+def model_positions(model: Any) -> int | None:
+    """The positions `model` was trained on (its config's `max_position_embeddings`), None where it names none."""
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    if is_int(positions) and length > positions:
+    return positions if is_int(positions) else None
+
+
+def check_positions(model: Any, length: int, *, name: str, argument: str) -> None:
+    """Refuse sequences of `length` tokens longer than the positions `model` was trained on (`model_positions`, where
+    its config names them): a rotary model would run, on positions it never saw."""
+    positions = model_positions(model)
+    if positions is not None and length > positions:
         raise InvalidArgumentError(f"{name}={length} is longer than the {positions} positions of {argument} "
                                    f"({type(model).__name__}): pass at most {positions}.")

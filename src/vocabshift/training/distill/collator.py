@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..._typing import Tokenizer
-from ...arguments import check_count, check_positions, is_int
+from ...arguments import check_count, check_positions, model_positions
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...vocab.load import load_tokenizer
 from ._chunks import align_chunks
@@ -165,8 +165,7 @@ def default_collator(model: Any, teacher_model: Any, tokenizer: Any, teacher_tok
     original model cuts finely can be several times longer, and a rotary model would run past its positions."""
     collator = DistillationCollator(tokenizer, teacher_tokenizer, max_length=max_length)
     check_positions(model, max_length, name="max_length", argument="model")
-    teacher = teacher_model if teacher_model is not None else model
-    positions = getattr(teacher.config.get_text_config(), "max_position_embeddings", None)
-    if is_int(positions):
+    positions = model_positions(teacher_model if teacher_model is not None else model)
+    if positions is not None:
         collator.max_teacher_length = min(8 * max_length, positions)
     return collator
