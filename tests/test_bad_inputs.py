@@ -671,3 +671,75 @@ def test_cli(w, case):
     assert done.returncode in (1, 2), done.stderr
     assert "Traceback" not in done.stderr and message in done.stderr, done.stderr
     assert _state(w)[2] == before[2] and not (w.root / "out").exists()
+
+
+def _file_size_limit(limit: int):
+    """For a subprocess: writes past `limit` bytes fail with EFBIG (SIGXFSZ ignored), as on a full or FAT32 disk."""
+    import resource
+    import signal
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+# Writes that run out of room: (argv, what stderr must say). The tokenizer writes its output folder; extend first
+# rebuilds the merged tokenizer in a scratch folder (TMPDIR).
+OUT_OF_ROOM = {
+    "tokenizer into a disk without room": (["tokenizer", "{extended}", "{texts}", "{root}/out", "--vocab-size", "900"],
+                                           "writing '{root}/out' failed: File too large"),
+    "extend with a scratch disk without room": (["extend", "{base}", "{new}", "{root}/out"],
+                                                "writing vocabshift's scratch folder '{tmp}/"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_OF_ROOM))
+def test_cli_out_of_room(w, case, tmp_path):
+    """A write that runs out of room is named with its folder and the fix (TMPDIR for scratch), not safetensors' or
+    tokenizers' raw error, and leaves nothing behind."""
+    argv, message = OUT_OF_ROOM[case]
+    (tmp_path / "texts.txt").write_text("\n".join(w.ru[:300]), encoding="utf-8")
+    w.model.save_pretrained(tmp_path / "base")
+    w.source.save_pretrained(tmp_path / "base")
+    w.new.save_pretrained(tmp_path / "new")
+    (tmp_path / "tmp").mkdir()
+    names = {"root": w.root, "extended": w.root / "extended", "texts": tmp_path / "texts.txt", "tmp": tmp_path / "tmp",
+             "base": tmp_path / "base", "new": tmp_path / "new"}
+    before = _state(w)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path / "tmp")}
+    done = subprocess.run([sys.executable, "-m", "vocabshift", *[word.format(**names) for word in argv]], env=env,
+                          capture_output=True, text=True, timeout=300, preexec_fn=_file_size_limit(4096))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert message.format(**names) in done.stderr and "Nothing is half-written" in done.stderr, done.stderr
+    assert _state(w)[2] == before[2] and not (w.root / "out").exists() and not any((tmp_path / "tmp").iterdir())
+
+
+def test_save_out_of_room_keeps_the_previous_output(w, tmp_path):
+    """safetensors' own write error (EFBIG here) becomes OutputWriteError; the previous save is untouched."""
+    vocabshift.save_pretrained_atomic(w.extended, w.extended_tokenizer, tmp_path / "out")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()}
+    script = ("import transformers, vocabshift\n"
+              f"model = transformers.AutoModelForCausalLM.from_pretrained({str(tmp_path / 'out')!r})\n"
+              "try:\n"
+              f"    vocabshift.save_pretrained_atomic(model, None, {str(tmp_path / 'out')!r})\n"
+              "except vocabshift.errors.OutputWriteError as error:\n"
+              "    print(error.errno, error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, preexec_fn=_file_size_limit(65536))
+    assert done.stdout.startswith("27 ") and "max_shard_size" in done.stdout, done.stdout + done.stderr
+    assert {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize(("code", "fix"), [(28, "free space on that disk"), (122, "free space within your quota")])
+def test_atomic_file_out_of_room(tmp_path, code, fix):
+    """An OSError that runs out of room is named; any other OSError is raised as it was."""
+    (tmp_path / "card.md").write_text("before", encoding="utf-8")
+    with pytest.raises(errors.OutputWriteError, match=fix) as info, vocabshift.save.atomic_file(tmp_path / "card.md"):
+        raise OSError(code, os.strerror(code))
+    assert info.value.errno == code and "card.md" in str(info.value)
+    with pytest.raises(PermissionError) as raw, vocabshift.save.atomic_file(tmp_path / "card.md"):
+        raise PermissionError(13, "Permission denied")
+    assert not isinstance(raw.value, errors.OutputWriteError)
+    assert [path.name for path in tmp_path.iterdir()] == ["card.md"] and (tmp_path / "card.md").read_text() == "before"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +11,7 @@ import torch
 from huggingface_hub.utils import are_progress_bars_disabled
 from transformers import Trainer, TrainingArguments
 
+from ._disk import scratch_folder
 from ._typing import Model, Tokenizer
 from .arguments import check_positions
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
@@ -80,8 +80,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     tokenizer = model_tokenizer(args.model)
     model = load_model(args.model)
     check_positions(model, args.context_length, name="--context-length", argument=repr(args.model))
-    with tempfile.TemporaryDirectory() as work:
-        trainer = trainer_for(args, model, tokenizer, texts, training_arguments(args, work))
+    with scratch_folder() as work:
+        trainer = trainer_for(args, model, tokenizer, texts, training_arguments(args, str(work)))
         trainer.train()
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     with atomic_folder(args.output_dir) as folder:

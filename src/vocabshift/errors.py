@@ -23,6 +23,7 @@ __all__ = [
     "NoNewTokensError",
     "NonFiniteWeightsError",
     "OutputExistsError",
+    "OutputWriteError",
     "RecordError",
     "ShardError",
     "SiblingMismatchError",
@@ -132,6 +133,11 @@ class ShardError(VocabShiftError, OSError):
 
 class OutputExistsError(VocabShiftError, FileExistsError):
     """An output folder that must be new or empty already holds files."""
+
+
+class OutputWriteError(VocabShiftError, OSError):
+    """An output could not be written: its disk is full, a quota is exceeded or a file outgrew what the filesystem (or
+    `ulimit -f`) allows. Nothing is half-written: the temporary sibling is removed and the previous output kept."""
 
 
 class CorpusError(VocabShiftError, ValueError):

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ._disk import raise_if_out_of_room
 from ._typing import Model, Tokenizer
 from .arguments import check_output_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError
@@ -47,6 +48,7 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
         `ModelFolderError`: `folder` is a file, or a non-empty folder without `config.json` (vocabshift replaces only
             folders that hold a saved model, never unrelated data).
         `InvalidArgumentError`: a file stands where one of its parent folders must be.
+        `OutputWriteError` (while writing): the disk is full, a quota is exceeded or a file grew too large.
     """
     target = check_replaceable(folder)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -56,22 +58,24 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
     try:
         yield temporary
         _swap_into_place(temporary, target)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(temporary, ignore_errors=True)
+        raise_if_out_of_room(error, target)
         raise
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of the file `path` (`.NAME.partial`) to write; on success it replaces `path` in one
-    rename, on an exception it is deleted and `path` is untouched."""
+    rename, on an exception it is deleted and `path` is untouched (`OutputWriteError` where it ran out of room)."""
     target = Path(path)
     partial = target.with_name(f".{target.name}.partial")
     try:
         yield partial
         os.replace(partial, target)
-    except BaseException:
+    except BaseException as error:
         partial.unlink(missing_ok=True)
+        raise_if_out_of_room(error, target)
         raise
 
 

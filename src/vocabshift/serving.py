@@ -11,12 +11,11 @@ Violations are problems in a folder vocabshift wrote (it keeps these invariants)
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._disk import scratch_folder
 from ._typing import Tokenizer
-from .errors import VocabShiftError
+from .errors import OutputWriteError, VocabShiftError
 from .vocab.spm_file import sentencepiece_mismatch
 
 if TYPE_CHECKING:
@@ -57,9 +56,11 @@ def _check_gguf(report: Inspection) -> None:
     (its error) when it refuses."""
     from .export import export_gguf
 
-    with tempfile.TemporaryDirectory(prefix="vocabshift-inspect-") as scratch:
+    with scratch_folder("vocabshift-inspect-") as scratch:
         try:
-            export_gguf(report.folder, Path(scratch) / "vocab.gguf", vocab_only=True)
+            export_gguf(report.folder, scratch / "vocab.gguf", vocab_only=True)
+        except OutputWriteError:  # the disk, not the model
+            raise
         except (VocabShiftError, ImportError) as error:
             report.problems.append(f"it does not convert to GGUF: {error}")
             return

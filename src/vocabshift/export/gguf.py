@@ -16,11 +16,11 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from huggingface_hub.utils import tqdm
 
+from .._disk import scratch_folder
 from ..arguments import check_choice, check_flag, check_output_path, check_path
 from ..errors import (
     ConversionError,
@@ -105,7 +105,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
     if record is not None:
         _check_sentencepiece_file(folder)
     converter = converter_dir(llama_cpp)
-    with tempfile.TemporaryDirectory(prefix="vocabshift-gguf-") as scratch:
+    with scratch_folder("vocabshift-gguf-") as scratch:
         original = None if record is None else original_tokenizer(folder, record, Path(scratch) / "original",
                                                                    source_tokenizer=source_tokenizer)
         _convert(converter, folder, original, output, ["--outtype", outtype] + (["--vocab-only"] if vocab_only else []))

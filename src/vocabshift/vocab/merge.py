@@ -16,7 +16,6 @@ import collections
 import functools
 import json
 import logging
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from huggingface_hub.utils import tqdm
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
+from .._disk import scratch_folder
 from .._typing import Tokenizer as FastTokenizer
 from .._typing import TokenizerLike
 from ..arguments import check_flag
@@ -171,7 +171,7 @@ def _warn_added_tokens(source: Any, new_state: dict[str, Any]) -> None:
 
 def rebuild_tokenizer(like: Any, state: dict[str, Any]) -> Any:
     """A tokenizer of the class and settings of `like` whose backend is `state` (saved and reloaded)."""
-    with tempfile.TemporaryDirectory() as folder:
+    with scratch_folder() as folder:
         like.save_pretrained(folder)
         Path(folder, "tokenizer.json").write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
         return AutoTokenizer.from_pretrained(folder)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer
 
+from .._disk import scratch_folder
 from .._typing import Tokenizer
 from ..errors import IncompatibleTokenizerError
 from .forms import backend_state
@@ -27,7 +27,7 @@ _MODEL_SETTINGS = ("model_max_length", "extra_special_tokens", "padding_side", "
 def replacement_tokenizer(source: Tokenizer, new: Tokenizer) -> Tokenizer:
     """`new` with the added tokens, special-token roles, post-processor and chat template of `source`."""
     state = _merged_state(source, new)
-    with tempfile.TemporaryDirectory() as old_dir, tempfile.TemporaryDirectory() as new_dir:
+    with scratch_folder() as old_dir, scratch_folder() as new_dir:
         source.save_pretrained(old_dir)
         new.save_pretrained(new_dir)
         if state is not None:
