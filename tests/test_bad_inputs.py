@@ -154,6 +154,9 @@ API = {
                                   "Could not load new_tokenizer="),
     "new=empty folder": (_extend(new=At(lambda w: w.root / "empty")), E.TokenizerLoadError, "load new_tokenizer"),
     "new=text file": (_extend(new=At(lambda w: w.root / "file.txt")), E.TokenizerLoadError, "load new_tokenizer"),
+    "a quantized head": (lambda w: torch.ao.quantization.quantize_dynamic(copy.deepcopy(w.model), {torch.nn.Linear})
+                         .extend_vocabulary(w.new, source_tokenizer=w.source), E.UnsupportedModelError,
+                         "output head is a torch.ao.nn.quantized.dynamic.modules.linear.Linear without a floating"),
     "new=None": (_extend(new=None), E.InvalidTokenizerError, "new_tokenizer is a NoneType"),
     "new=42": (_extend(new=42), E.InvalidTokenizerError, "new_tokenizer is a int"),
     "new=a model": (_extend(new=At(lambda w: w.model)), E.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM"),

@@ -101,8 +101,8 @@ def find_embeddings(model: Model) -> Embeddings:
     """The model's input embeddings and head.
 
     Raises:
-        `UnsupportedModelError`: without an input embedding matrix, with a head of another shape, or with
-            embeddings whose values are not loaded (on the meta device).
+        `UnsupportedModelError`: without an input embedding matrix, with a head of another shape or one that is not
+            a floating-point matrix (quantized), or with embeddings whose values are not loaded (on the meta device).
     """
     inputs, head = _modules(model)
     weight = input_matrix(model)
@@ -116,9 +116,22 @@ def find_embeddings(model: Model) -> Embeddings:
             f"{type(model).__name__}'s output head has shape {tuple(head.weight.shape)} but its input embeddings "
             f"{tuple(weight.shape)}: vocabshift needs one row per token in both."
         )
+    _check_head_writable(model, head)
     untied = head if head is not None and head.weight is not weight else None
     _check_materialized(model, {"input embeddings": weight, "output head": getattr(untied, "weight", None)})
     return Embeddings(inputs, untied, head, weight.shape[0])
+
+
+def _check_head_writable(model: Model, head: Any) -> None:
+    """Refuse a head vocabshift cannot write rows into (a quantized one: its weight is packed integers, or not a
+    tensor at all), which would otherwise be left without the new tokens' rows, silently."""
+    found = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if found is not None and (head is None or not head.weight.is_floating_point()):
+        raise UnsupportedModelError(
+            f"{type(model).__name__}'s output head is a {type(found).__module__}.{type(found).__name__} without a "
+            "floating-point weight matrix (a quantized head?), so the new tokens' output rows cannot be written: "
+            "extend the model in its float dtype, save it, then quantize the result."
+        )
 
 
 def _check_materialized(model: Model, weights: dict[str, torch.Tensor | None]) -> None:
