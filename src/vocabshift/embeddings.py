@@ -111,12 +111,12 @@ def find_embeddings(model: Model) -> Embeddings:
             f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() gave "
             f"{type(inputs).__name__}): pass a transformers model with token embeddings."
         )
+    _check_head_writable(model, head)
     if head is not None and head.weight.shape != weight.shape:
         raise UnsupportedModelError(
             f"{type(model).__name__}'s output head has shape {tuple(head.weight.shape)} but its input embeddings "
             f"{tuple(weight.shape)}: vocabshift needs one row per token in both."
         )
-    _check_head_writable(model, head)
     untied = head if head is not None and head.weight is not weight else None
     _check_materialized(model, {"input embeddings": weight, "output head": getattr(untied, "weight", None)})
     return Embeddings(inputs, untied, head, weight.shape[0])
