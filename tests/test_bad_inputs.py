@@ -373,6 +373,8 @@ API = {
                                 "max_length=1"),
     "pack_texts tokenizer=None": (lambda w: pack_texts(w.ru[:4], None, max_length=16), E.InvalidTokenizerError,
                                   "tokenizer is a NoneType"),
+    "pack_texts blocks='yes'": (lambda w: pack_texts(w.ru[:4], w.source, max_length=16, blocks="yes"),
+                                E.InvalidArgumentTypeError, "blocks='yes' is invalid: pass True or False"),
     "collator tokenizer=None": (lambda w: DistillationCollator(None, w.source), E.InvalidTokenizerError,
                                 "tokenizer is a NoneType"),
     "collator teacher_tokenizer=None": (lambda w: DistillationCollator(w.extended_tokenizer, None),

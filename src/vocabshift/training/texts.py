@@ -14,7 +14,7 @@ from typing import Literal, overload
 import torch
 
 from .._typing import Tokenizer
-from ..arguments import check_count
+from ..arguments import check_count, check_flag
 from ..corpus import text_lines
 from ..errors import InvalidArgumentError
 from ..vocab.load import load_tokenizer
@@ -51,7 +51,7 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
 
     Raises:
         `InvalidArgumentError`: `blocks=True` and the texts give less than one block; `max_length` below 2.
-        `InvalidArgumentTypeError`: `max_length` is not an int.
+        `InvalidArgumentTypeError`: `max_length` is not an int, `blocks` not a bool.
         `CorpusError`: `texts` is a string or path (it would be read as its characters), holds a non-string, or has
             no text at all.
         `InvalidTokenizerError`: `tokenizer` is not a fast tokenizer.
@@ -65,6 +65,7 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
     texts = text_lines(texts)
     tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
     check_count(max_length, name="max_length", minimum=2)
+    check_flag(blocks, name="blocks")
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return _blocks(encoded, tokenizer.eos_token_id, max_length) if blocks else _joined(texts, encoded, max_length)
 
