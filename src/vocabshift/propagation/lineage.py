@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import LineageError, RecordError
+from .._record_values import damaged_record
+from ..errors import LineageError
 from ..headers import Header, TensorInfo, read_header
 from ..record import ExtensionRecord
 from .checks import Model, lineage_fix
@@ -55,11 +56,14 @@ def check_rows(record: ExtensionRecord, adapted: Model, base: Model, instruct: M
 def _sampled_pairs(record: ExtensionRecord, adapted: Model, base: Model, instruct: Model) -> torch.Tensor:
     """At most `_SAMPLE` of the record's `(adapted id, base id)` pairs of copied rows, in runs."""
     pairs = torch.tensor(record.shared_pairs(), dtype=torch.long).reshape(-1, 2)
-    if len(pairs) and (pairs.min() < 0 or pairs[:, 0].max() >= adapted.input.rows or
-                       pairs[:, 1].max() >= base.input.rows):
-        raise RecordError(f"adapted={adapted.source.name!r} has a record whose shared rows lie outside its "
-                          f"{adapted.input.rows} rows or base's {base.input.rows}: the record is damaged; re-run "
-                          "extend_vocabulary.")
+    if len(pairs) and (pairs.min() < 0 or pairs[:, 0].max() >= adapted.input.rows):
+        raise damaged_record(f"the rows adapted={adapted.source.name!r} copied from its source model (old_vocab_size, "
+                             f"or 'shared' in replace mode) reach id {int(pairs[:, 0].max())} of its "
+                             f"{adapted.input.rows} rows, or lie below 0")
+    if len(pairs) and pairs[:, 1].max() >= base.input.rows:
+        raise LineageError(f"adapted's record copies row {int(pairs[:, 1].max())} of the model it was made from, "
+                           f"but base={base.source.name!r} has {base.input.rows} rows: base is not that model; "
+                           f"{lineage_fix(record)}")
     return spread_runs(pairs[pairs[:, 1] < instruct.input.rows], total=_SAMPLE)
 
 
