@@ -121,6 +121,13 @@ def _callback_trainer(**kwargs):
     return lambda w: Trainer(model=w.extended, args=_args(w), callbacks=[EmbeddingOnlyCallback(**kwargs)])
 
 
+def _after_a_run(w, **entry):
+    """A copy of the extended model whose record has one more CPT run, as the callback writes it."""
+    model = copy.deepcopy(w.extended)
+    vocabshift.record.add_cpt_entry(model, entry)
+    return model
+
+
 E = errors
 API = {
     # extend_vocabulary
@@ -241,6 +248,11 @@ API = {
     "teacher_dtype=int8": (_distill(teacher_dtype="int8"), E.InvalidArgumentError, "dtype='int8'"),
     "layer beyond the model's": (_distill(weights=DistillationWeights(layer=40)), E.InvalidArgumentError,
                                  "weights.layer=40 is outside the hidden states of"),
+    "own teacher after old rows trained": (_distill(model=At(lambda w: _after_a_run(w, rows="all"))),
+                                           E.TrainingSetupError, "cannot be its own teacher: an earlier embedding-only "
+                                           "run (rows='all', per its record) trained what the teacher reads"),
+    "own teacher after a second stage": (_distill(model=At(lambda w: _after_a_run(w, rows="new", second_stage={
+        "after_step": 1}))), E.TrainingSetupError, "(rows='new', then a second stage on the body"),
     "teacher_model=path": (_distill(teacher_model="original/"), E.InvalidArgumentTypeError, "teacher_model is a str"),
     "distillation without a record": (_distill(model=At(lambda w: w.model)), E.RecordError, "carries no vocabshift"),
     "processing_class=original": (_distill(processing_class=At(lambda w: w.source)), E.TokenizerMismatchError,

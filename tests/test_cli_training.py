@@ -71,6 +71,14 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
         "--lr-scheduler-type", "linear")
     all_rows = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "all")).cpt[-1]
     assert all_rows["objective"] == {"name": "next_token"} and all_rows["lr_scheduler"] == "linear"
+    run("train", str(tmp_path / "all"), texts, str(tmp_path / "again"), "--max-steps", "1", "--batch-size", "2",
+        "--context-length", "32")  # auto: an earlier run trained the old rows, so the model is no teacher
+    again = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "again")).cpt[-1]
+    assert again["objective"] == {"name": "next_token"} and again["rows"] == "new"
+    wrong = run("train", str(tmp_path / "all"), texts, str(tmp_path / "x"), "--objective", "distillation",
+                "--teacher-tokenizer", str(tmp_path / "source"), check=False)
+    assert wrong.returncode == 1 and "cannot be its own teacher: an earlier embedding-only run (rows='all'" \
+        in wrong.stderr
     wrong = run("train", str(tmp_path / "extended"), texts, str(tmp_path / "x"), "--objective", "distillation",
                 "--teacher-tokenizer", str(tmp_path / "extended"), check=False)
     assert wrong.returncode == 1 and "is not the tokenizer the model was extended from" in wrong.stderr

@@ -21,6 +21,7 @@ from .errors import InvalidArgumentError, TokenizerMismatchError
 from .record import get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
+from .training.distill.teacher import changed_by_training
 from .training.plots import plot_curves, require_matplotlib
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -141,7 +142,8 @@ def _check_no_distillation_flags(args: argparse.Namespace) -> None:
              if getattr(args, name) != default]
     if given:
         why = "--objective next_token" if args.objective == "next_token" else (
-            "which --objective auto picks where the model itself is no teacher: replace mode, or --rows all")
+            "which --objective auto picks where the model itself is no teacher: replace mode, --rows all, or an "
+            "earlier run trained its old rows or body")
         raise InvalidArgumentError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to distillation "
                                    f"only, and this run trains with cross-entropy ({why}): leave "
                                    f"{'it' if len(given) == 1 else 'them'} out, or pass --objective distillation.")
@@ -150,13 +152,12 @@ def _check_no_distillation_flags(args: argparse.Namespace) -> None:
 def _objective(args: argparse.Namespace, model: Model) -> str:
     """`--objective`, with `auto` resolved: distillation where a teacher is at hand without loading anything but
     the original tokenizer (the model itself, fed the old ids, when only new rows train in extend mode), or where
-    `--teacher-model` gives one; cross-entropy otherwise. Distillation is ahead per step to step 100 in every
-    language measured, and ahead per second early in runs where the original model knows the language; at this
-    command's defaults (a learning rate decaying to 0) also on Vietnamese, where it is behind at a constant rate
-    (docs/distill.md, "Which objective when")."""
+    `--teacher-model` gives one; cross-entropy otherwise (also where an earlier run trained old rows or the body,
+    so that the model is no longer the original). docs/distill.md, "Which objective when", has the measurements."""
     if args.objective != "auto":
         return str(args.objective)
-    own_teacher = args.rows == "new" and get_record(model).mode == "extend"
+    record = get_record(model)
+    own_teacher = args.rows == "new" and record.mode == "extend" and changed_by_training(record) is None
     return "distillation" if own_teacher or args.teacher_model else "next_token"
 
 

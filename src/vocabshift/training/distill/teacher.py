@@ -30,7 +30,7 @@ from ...errors import InvalidArgumentError, TrainingSetupError
 from ...record import find_record
 from ...vocab.load import fingerprint
 
-__all__ = ["Teacher", "TeacherOutput", "check_teacher", "native_bf16"]
+__all__ = ["Teacher", "TeacherOutput", "changed_by_training", "check_teacher", "native_bf16"]
 
 
 @dataclass(frozen=True)
@@ -165,17 +165,41 @@ def check_teacher(model: Model, teacher_model: Model | None, teacher_tokenizer: 
     """The teacher fits what it reads and what it is compared with: `weights.layer` indexes its hidden states, and a
     separate `teacher_model` has a row for every token of `teacher_tokenizer` (and not many more: then it is not that
     tokenizer's model), is not an extended model read with the old tokenizer, and with the `hidden` objective gives
-    hidden states of the student's size (`InvalidArgumentError`, before any step)."""
+    hidden states of the student's size (`InvalidArgumentError`, before any step). Without `teacher_model`, the model
+    itself must still be the original where it teaches (`changed_by_training`; `TrainingSetupError`)."""
     teacher = teacher_model if teacher_model is not None else model
     layers = getattr(getattr(teacher, "config", None), "num_hidden_layers", None)
     if isinstance(layers, int) and not -(layers + 1) <= weights.layer <= layers:
         raise InvalidArgumentError(
             f"weights.layer={weights.layer} is outside the hidden states of {type(teacher).__name__} ({layers} "
             f"layers: indexes -{layers + 1} to {layers}): pass one of those, e.g. -1 for the last layer.")
-    why = None if teacher_model is None else _not_the_original(teacher_model, model, teacher_tokenizer, weights)
-    if why is not None:
+    if teacher_model is None:
+        _check_own_teacher(model)
+    elif (why := _not_the_original(teacher_model, model, teacher_tokenizer, weights)) is not None:
         raise InvalidArgumentError(f"teacher_model ({type(teacher_model).__name__}) is not the original model: {why}. "
                                    "Pass the model the extended one was made from, as teacher_model.")
+
+
+def _check_own_teacher(model: Model) -> None:
+    record = find_record(model)
+    if (run := changed_by_training(record)) is not None:
+        source = repr(record.source_model) if record is not None and record.source_model else "record.source_model"
+        raise TrainingSetupError(
+            f"The model cannot be its own teacher: an earlier embedding-only run ({run}, per its record) trained "
+            "what the teacher reads, so fed the old ids it is no longer the original model. Pass teacher_model="
+            f"AutoModelForCausalLM.from_pretrained({source}) (CLI: --teacher-model), or train with cross-entropy "
+            "(a Trainer with EmbeddingOnlyCallback; CLI: --objective next_token).")
+
+
+def changed_by_training(record: Any) -> str | None:
+    """The first earlier run in `record`'s CPT history after which the model is no longer the original one where it
+    teaches: old rows trained (extend mode; in replace mode the teacher reads the rows extend_vocabulary kept), or a
+    second stage trained the body. None when there is none."""
+    for entry in [] if record is None else record.cpt:
+        if (record.mode == "extend" and entry.get("rows") != "new") or entry.get("second_stage"):
+            return f"rows={entry.get('rows')!r}" + (", then a second stage on the body" if entry.get("second_stage")
+                                                    else "")
+    return None
 
 
 def _not_the_original(teacher_model: Model, model: Model, teacher_tokenizer: Any, weights: Any) -> str | None:
