@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, IterableDataset
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
@@ -119,6 +119,11 @@ def _bits(**kwargs):
 
 def _callback_trainer(**kwargs):
     return lambda w: Trainer(model=w.extended, args=_args(w), callbacks=[EmbeddingOnlyCallback(**kwargs)])
+
+
+def _content_rows():
+    """A streamed dataset's rows whose text is in a 'content' column (its columns are unknown until read)."""
+    yield from ({"content": "привет мир"} for _ in range(8))
 
 
 def _after_a_run(w, **entry):
@@ -268,7 +273,13 @@ API = {
     "dataset of ints": (_distill(train_dataset=[1, 2, 3, 4]), E.InvalidArgumentError, "A training example is a int"),
     "dataset of empty texts": (_distill(train_dataset=["", "", "", ""]), E.InvalidArgumentError, "holds no text"),
     "dataset without text column": (_distill(train_dataset=[{"content": "x"}] * 4), E.InvalidArgumentError,
-                                    "without a text string"),
+                                    "train_dataset has the columns ['content'] and no 'text'"),
+    "pre-tokenized dataset": (_distill(train_dataset=At(lambda w: Dataset.from_dict({"input_ids": [[1, 2]] * 4}))),
+                              E.InvalidArgumentError, "columns ['input_ids'] and no 'text', the column the collator "
+                              "reads: the trainer tokenizes raw text itself, with both tokenizers"),
+    "streamed dataset without text column": (
+        _distill(train_dataset=At(lambda w: IterableDataset.from_generator(_content_rows))), E.InvalidArgumentError,
+        "e.g. dataset.rename_column('content', 'text')"),
     # saving, propagating, publishing, inspecting
     "save model=None": (lambda w: vocabshift.save_pretrained_atomic(None, w.source, w.root / "out-1"),
                         E.InvalidArgumentTypeError, "model is a NoneType"),

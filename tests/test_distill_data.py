@@ -109,7 +109,8 @@ def test_collator_refuses_bad_input(tokenizers_en):
     tokenizer = tokenizers_en["bytelevel"]
     with pytest.raises(InvalidArgumentError, match="max_length=1 is invalid"):
         DistillationCollator(tokenizer, tokenizer, max_length=1)
-    with pytest.raises(InvalidArgumentError, match="pass strings, or a dataset with a 'text' column"):
+    with pytest.raises(InvalidArgumentError, match="keys \\['input_ids'\\] and no 'text' string: the trainer "
+                                                   "tokenizes raw text itself"):
         DistillationCollator(tokenizer, tokenizer)([{"input_ids": [1, 2]}])
     with pytest.raises(InvalidArgumentError, match="neither a bos nor an eos"):
         DistillationCollator(tokenizers_en["wordpiece"], tokenizer)

@@ -51,20 +51,31 @@ def check_text_dataset(dataset: Any, *, name: str) -> None:
         raise InvalidArgumentTypeError(f"{name} is a {type(dataset).__name__} of {sorted(map(str, dataset))[:4]}: "
                                        f"pass one dataset, e.g. {name}=dataset['train'].")
     columns = getattr(dataset, "column_names", None)  # a datasets.Dataset's (None for some streamed ones)
+    if columns is None and isinstance(dataset, Sequence) and len(dataset) and isinstance(dataset[0], Mapping):
+        columns = sorted(map(str, dataset[0]))  # a list of dicts: the keys of its first
     if isinstance(columns, list) and "text" not in columns:
         raise InvalidArgumentError(f"{name} has the columns {columns[:8]} and no 'text', the column the collator "
-                                   f"reads: rename the one holding the text, e.g. {name}.rename_column("
-                                   f"{(columns or ['content'])[0]!r}, 'text').")
+                                   f"reads: {_text_fix(columns, name)}.")
+
+
+def _text_fix(columns: list[str], name: str) -> str:
+    if "input_ids" in columns:
+        return ("the trainer tokenizes raw text itself, with both tokenizers (the teacher reads the old "
+                "tokenization), so pass the texts, not token ids")
+    return f"rename the one holding the text, e.g. {name}.rename_column({(columns or ['content'])[0]!r}, 'text')"
 
 
 def _text_of(example: Any) -> str:
     text = example.get("text") if isinstance(example, Mapping) else example
-    if not isinstance(text, str):
-        raise InvalidArgumentError(
-            f"A training example is a {type(example).__name__}{' without a text string' * isinstance(example, Mapping)}"
-            ": pass strings, or a dataset with a 'text' column of strings."
-        )
-    return text
+    if isinstance(text, str):
+        return text
+    if isinstance(example, Mapping):  # a streamed dataset whose columns were unknown when the trainer was built
+        keys = sorted(map(str, example))[:8]
+        raise InvalidArgumentError(f"A training example is a {type(example).__name__}"
+                                   f"{f' with the keys {keys}' * bool(keys)} and no 'text' string: "
+                                   f"{_text_fix(keys, 'dataset')}.")
+    raise InvalidArgumentError(f"A training example is a {type(example).__name__}: pass strings, or a dataset with a "
+                               "'text' column of strings.")
 
 
 @dataclass
