@@ -51,7 +51,8 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
-    for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record"):
+    for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
+                    "bad-evaluation"):
         shutil.copytree(root / "extended", root / damaged)
     tensors = load_file(root / "extended" / "model.safetensors")
     embeddings = tensors.pop("model.embed_tokens.weight")
@@ -62,6 +63,9 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config = json.loads((root / "bad-record" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["new_token_ranges"] = "all the new ones"  # as a hand edit might leave it
     (root / "bad-record" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    config = json.loads((root / "bad-evaluation" / "config.json").read_text(encoding="utf-8"))
+    config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
+    (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -396,6 +400,12 @@ API = {
                                 "max_length=1"),
     "pack_texts tokenizer=None": (lambda w: pack_texts(w.ru[:4], None, max_length=16), E.InvalidTokenizerError,
                                   "tokenizer is a NoneType"),
+    "Evaluation.add_to_record(a folder)": (
+        lambda w: vocabshift.Evaluation((), 0, 0).add_to_record(str(w.root / "extended")), E.InvalidArgumentTypeError,
+        "model is a str: pass the model object this evaluation scored"),
+    "Evaluation.from_dict of a damaged entry": (
+        lambda w: vocabshift.Evaluation.from_dict({"scores": [{"label": 1}], "num_texts": 1, "num_bytes": 1}),
+        E.RecordError, "an entry of 'evaluations' is {'scores': [{'label': 1}]"),
     "pack_texts blocks='yes'": (lambda w: pack_texts(w.ru[:4], w.source, max_length=16, blocks="yes"),
                                 E.InvalidArgumentTypeError, "blocks='yes' is invalid: pass True or False"),
     "collator tokenizer=None": (lambda w: DistillationCollator(None, w.source), E.InvalidTokenizerError,
@@ -651,6 +661,7 @@ CLI = {
                                                            "--context-length", "10000000"],
                                                           "--context-length=10000000 is longer than the "),
     "card of a damaged record": (["card", "{root}/bad-record"], "'new_token_ranges' is 'all the new ones'"),
+    "card of a damaged evaluation": (["card", "{root}/bad-evaluation"], "damaged: an entry of 'evaluations' is "),
     "train a damaged record": (["train", "{root}/bad-record", "{root}/file.txt", "{root}/out"],
                                "Restore config.json from the folder vocabshift saved"),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",

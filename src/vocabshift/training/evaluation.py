@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .._record_values import damaged_record
 from .._typing import Model, Tokenizer, TokenizerLike
 from ..arguments import check_count, check_positions, check_texts
 from ..embeddings import check_tokenizer
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
@@ -66,7 +67,14 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evaluation:
-        """Inverse of `to_dict` (as stored in `record.evaluations`)."""
+        """Inverse of `to_dict` (as stored in `record.evaluations`).
+
+        Raises:
+            `RecordError`: `data` is not what `to_dict` writes (an entry of a hand-edited config.json).
+        """
+        if not _well_formed(data):
+            raise damaged_record(f"an entry of 'evaluations' is {data!r:.120}, where vocabshift writes 'scores' (one "
+                                 f"mapping of {', '.join(_SCORES)} per model), 'num_texts' and 'num_bytes'")
         return cls(tuple(ModelScores(**s) for s in data["scores"]), data["num_texts"], data["num_bytes"])
 
     def to_markdown(self) -> str:
@@ -90,9 +98,30 @@ class Evaluation:
         """Append this evaluation to the model's ExtensionRecord (`record.evaluations`, saved in config.json).
 
         Raises:
-            `RecordError`: if the model carries no record.
+            `RecordError`: if the model carries no record. `InvalidArgumentTypeError`: `model` is not a model (a
+                folder path, a tokenizer).
         """
+        if not hasattr(model, "config"):
+            raise InvalidArgumentTypeError(
+                f"model is a {type(model).__name__}: pass the model object this evaluation scored (add_to_record "
+                "changes its config; save it afterwards). For a saved folder: vocabshift evaluate FOLDER TEXTS "
+                "--add-to-record.")
         add_evaluation(model, self.to_dict())
+
+
+_SCORES = [field.name for field in dataclasses.fields(ModelScores)]
+
+
+def _well_formed(data: Any) -> bool:
+    """`data` has the keys and value types `Evaluation.to_dict` writes."""
+    def number(value: Any) -> bool:
+        return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    scores = data.get("scores") if isinstance(data, Mapping) else None
+    return isinstance(scores, list) and all(
+        isinstance(s, Mapping) and sorted(s) == sorted(_SCORES) and isinstance(s["label"], str)
+        and all(number(s[name]) for name in _SCORES[1:]) for s in scores
+    ) and all(isinstance(data.get(name), int) for name in ("num_texts", "num_bytes"))
 
 
 def evaluate(
