@@ -162,6 +162,13 @@ def test_card_of_an_unregistered_method_keeps_its_name_and_options(tmp_path):
     assert "--option alpha=0.5" in card.text
 
 
+def test_card_of_empty_history_entries(tmp_path):
+    """A hand-emptied CPT or propagation entry leaves its section without a table (it was an IndexError)."""
+    folder = write_folder(tmp_path / "m", make_record(), extra={"cpt": [{}], "propagation": [{}]})
+    text = vocabshift.model_card(folder, language="ru", license="mit").text
+    assert "(`subword`) |" in text and "Learned Embedding Propagation" in text and "| steps |" not in text
+
+
 def test_card_refuses_folders_without_config_or_record(tmp_path):
     with pytest.raises(ModelFolderError, match="has no config.json"):
         vocabshift.model_card(tmp_path)

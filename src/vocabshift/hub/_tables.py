@@ -55,7 +55,7 @@ def tables(value: Any, caption: str = "") -> list[Table]:
     if isinstance(value, str):
         return [Table(caption, [], [[value]])]
     if isinstance(value, list) and all(isinstance(item, dict) for item in value):
-        return [_records(value, caption)]
+        return [_records(value, caption)] if any(value) else []  # only empty entries: no column to show
     if isinstance(value, list):
         return [Table(caption, ["value"], [[cell(item)] for item in value])]
     if not isinstance(value, dict):
