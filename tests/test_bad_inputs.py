@@ -18,6 +18,7 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
 
 import vocabshift
@@ -125,6 +126,13 @@ def _callback_trainer(**kwargs):
     return lambda w: Trainer(model=w.extended, args=_args(w), callbacks=[EmbeddingOnlyCallback(**kwargs)])
 
 
+def _with_an_id(tokenizer, new_id):
+    """`tokenizer`'s backend with its last model piece renumbered to `new_id` (as a hand edit of tokenizer.json)."""
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    state["model"]["vocab"][list(state["model"]["vocab"])[-1]] = new_id
+    return Tokenizer.from_str(json.dumps(state))
+
+
 def _content_rows():
     """A streamed dataset's rows whose text is in a 'content' column (its columns are unknown until read)."""
     yield from ({"content": "привет мир"} for _ in range(8))
@@ -173,6 +181,8 @@ API = {
     "a quantized head": (lambda w: torch.ao.quantization.quantize_dynamic(copy.deepcopy(w.model), {torch.nn.Linear})
                          .extend_vocabulary(w.new, source_tokenizer=w.source), E.UnsupportedModelError,
                          "output head is a torch.ao.nn.quantized.dynamic.modules.linear.Linear without a floating"),
+    "new=ids up to a billion": (_extend(new=At(lambda w: _with_an_id(w.new, 10**9))), E.UnsupportedTokenizerError,
+                                "ids up to 1,000,000,000: 999,99"),
     "new=None": (_extend(new=None), E.InvalidTokenizerError, "new_tokenizer is a NoneType"),
     "new=42": (_extend(new=42), E.InvalidTokenizerError, "new_tokenizer is a int"),
     "new=a model": (_extend(new=At(lambda w: w.model)), E.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM"),

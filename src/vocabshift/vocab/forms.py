@@ -22,6 +22,7 @@ __all__ = ["Family", "TokenForm", "backend_state", "byte_alphabet", "detect_fami
 Family = Literal["bytelevel", "sentencepiece", "wordpiece"]
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 SPIECE = "\u2581"
+_MAX_HOLES = 4096  # ids without a token accepted however small the vocabulary
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def token_forms(tokenizer: Tokenizer, state: dict[str, Any] | None = None) -> li
     strings = _model_strings(state)
     added = {entry["id"]: entry for entry in state.get("added_tokens", [])}
     size = max([*strings, *added, -1]) + 1
+    _check_density(tokenizer, size, len(strings.keys() | added.keys()))
     forms = []
     for index in range(size):
         if index in added:
@@ -159,6 +161,18 @@ def token_forms(tokenizer: Tokenizer, state: dict[str, Any] | None = None) -> li
         else:
             forms.append(TokenForm(b"<hole %d>" % index, special=True))
     return forms
+
+
+def _check_density(tokenizer: Tokenizer, size: int, count: int) -> None:
+    """Refuse ids that run far past the tokens: every table here is indexed by id, so an id edited to a billion would
+    take memory for a billion forms (a real vocabulary leaves a few holes, for reserved or removed tokens)."""
+    if size - count > max(count, _MAX_HOLES):
+        raise UnsupportedTokenizerError(
+            f"The tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r} has {count:,} "
+            f"tokens but ids up to {size - 1:,}: {size - count:,} ids hold no token, too sparse a vocabulary to "
+            "index by id (is its tokenizer.json edited by hand?). Number its tokens 0 to N-1, as tokenizers train "
+            "them."
+        )
 
 
 def native_bytes(piece: str, family: Family) -> bytes:
