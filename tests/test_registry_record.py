@@ -47,6 +47,17 @@ def test_register_rejects_duplicates_bad_names_and_mutable_configs(monkeypatch):
         registry.register_method("mutable", config_class=Mutable, pretty_name="x")
     registry.register_method("fresh", config_class=_Options, pretty_name="Fresh")(lambda context, config: None)
     assert "fresh" in vocabshift.list_methods()
+    for _ in range(2):  # a notebook cell run twice defines the same function again: it replaces the first
+
+        @registry.register_method("cell", config_class=_Options, pretty_name="Cell")
+        def cell(context, config):
+            return None
+    assert vocabshift.get_method("cell").function is cell
+
+    def elsewhere(context, config):
+        return None
+    with pytest.raises(InvalidArgumentError, match="'cell' is already registered \\(by test_registry_record\\."):
+        registry.register_method("cell", config_class=_Options, pretty_name="Cell")(elsewhere)
 
 
 @pytest.mark.parametrize(

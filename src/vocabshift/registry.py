@@ -56,13 +56,15 @@ def register_method(
         summary (`str`, *optional*): one line for the method table.
 
     Raises:
-        `InvalidArgumentError`: if the name is malformed, already taken, `config_class` is not a frozen dataclass,
-            `pretty_name` is empty, or what is decorated is not a function (`InvalidArgumentTypeError`).
+        `InvalidArgumentError`: if the name is malformed, taken (by vocabshift, or by a function defined elsewhere:
+            the same function defined again, as when a notebook cell runs twice, replaces it), `config_class` is not a
+            frozen dataclass, `pretty_name` is empty, or what is decorated is not a function
+            (`InvalidArgumentTypeError`).
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidArgumentError(f"Method name {name!r} is invalid: use lower-case letters, digits and '_'.")
-    if name in _METHODS:
-        raise InvalidArgumentError(f"Method {name!r} is already registered; pick another name.")
+    if name in _METHODS and _site(_METHODS[name].function).startswith("vocabshift."):
+        raise _taken(name)
     params = getattr(config_class, "__dataclass_params__", None)
     if params is None or not params.frozen:
         raise InvalidArgumentError(f"config_class for {name!r} must be a frozen dataclass, got {config_class!r}.")
@@ -74,10 +76,22 @@ def register_method(
         if not callable(function):
             raise InvalidArgumentTypeError(f"register_method({name!r}) decorates a {type(function).__name__}: "
                                            "decorate the method's function.")
+        if name in _METHODS and _site(_METHODS[name].function) != _site(function):
+            raise _taken(name)
         _METHODS[name] = MethodSpec(name, function, config_class, pretty_name, paper_url, summary)
         return function
 
     return decorator
+
+
+def _site(function: Any) -> str:
+    """Where a function is defined: the same for its new definition when a notebook cell or module runs again."""
+    return f"{getattr(function, '__module__', None)}.{getattr(function, '__qualname__', None)}"
+
+
+def _taken(name: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"Method {name!r} is already registered (by {_site(_METHODS[name].function)}); pick "
+                                "another name. (Running the code that registered it again replaces it.)")
 
 
 def list_methods() -> list[str]:
