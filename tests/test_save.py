@@ -90,6 +90,20 @@ def test_replacing_without_an_atomic_exchange(tmp_path, monkeypatch):
     assert siblings(folder) == []
 
 
+def test_an_output_that_is_a_symbolic_link_is_written_where_it_points(tmp_path):
+    """As save_pretrained writes through a link, so do atomic outputs; the link stays (swapping the link itself
+    failed in rmtree and replaced the user's link by a folder)."""
+    vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "real")
+    (tmp_path / "link").symlink_to("real")
+    vocabshift.save_pretrained_atomic(tiny(1), None, tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "real")
+    assert torch.equal(reloaded.model.embed_tokens.weight, tiny(1).model.embed_tokens.weight)
+    (tmp_path / "card.md").symlink_to("nowhere.md")  # a dangling link: written where it points
+    save.atomic_write_text(tmp_path / "card.md", "text")
+    assert (tmp_path / "card.md").is_symlink() and (tmp_path / "nowhere.md").read_text() == "text"
+
+
 def test_a_kill_between_the_two_renames_is_repaired(tmp_path):
     """Without an atomic exchange the old folder is moved aside first; if the process dies right then, the next
     call for that folder moves it back before anything else."""

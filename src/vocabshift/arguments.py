@@ -102,8 +102,10 @@ def check_path(value: Any, *, name: str) -> Path:
 def check_output_path(value: Any, *, name: str) -> Path:
     """`check_path` for a path to write: no existing file stands where one of its parent folders must be, and the
     nearest existing one lets this user write (checked before any work, so that a long run does not end in a raw
-    error when it writes)."""
+    error when it writes). A symbolic link stands for where it points: the output is written there, and the link
+    kept (as `save_pretrained` writes through it)."""
     path = check_path(value, name=name)
+    path = Path(os.path.realpath(path)) if path.is_symlink() else path
     nearest = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if nearest is not None and not nearest.is_dir():
         raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: {str(nearest)!r} is a file, not a "

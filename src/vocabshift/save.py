@@ -68,7 +68,7 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of the file `path` (`.NAME.partial`) to write; on success it replaces `path` in one
     rename, on an exception it is deleted and `path` is untouched (`OutputWriteError` where it ran out of room)."""
-    target = Path(path)
+    target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)  # write where a link points
     partial = target.with_name(f".{target.name}.partial")
     try:
         yield partial
