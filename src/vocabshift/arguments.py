@@ -18,8 +18,8 @@ from huggingface_hub.utils import validate_repo_id
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_choice", "check_count", "check_flag", "check_output_path", "check_path", "check_positions",
-           "check_rate", "check_repo_id", "check_shard_size", "check_texts", "check_token", "is_int",
+__all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
+           "check_positions", "check_rate", "check_repo_id", "check_shard_size", "check_texts", "check_token", "is_int",
            "model_positions"]
 
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
@@ -114,6 +114,25 @@ def check_output_path(value: Any, *, name: str) -> Path:
         raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: this user may not write in "
                                    f"{str(nearest)!r}. Pass a path in a folder you can write to.")
     return path
+
+
+def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> None:
+    """An output folder that is not an input folder, nor holds one, nor lies inside one (inputs are never written;
+    `inputs` that are not existing paths, such as Hub ids, are skipped).
+
+    Raises:
+        `InvalidArgumentError`: naming the output and the input.
+    """
+    target = Path(output).resolve()
+    for role, value in inputs.items():
+        source = Path(value).resolve() if isinstance(value, (str, os.PathLike)) and Path(value).exists() else None
+        if source is None or not (source.is_relative_to(target) or source.is_dir() and target.is_relative_to(source)):
+            continue
+        where = "the folder of" if source == target else "a folder holding" if source.is_relative_to(target) else \
+            "inside"
+        raise InvalidArgumentError(f"{name}={str(output)!r} is {where} the input {role}={str(value)!r}; the output "
+                                   "folder is replaced as a whole, and vocabshift never modifies its inputs. Pass "
+                                   "another output folder.")
 
 
 def check_shard_size(value: Any, *, name: str) -> int | str:

@@ -14,7 +14,7 @@ from typing import Any
 import transformers
 
 from ._typing import Model, Tokenizer
-from .arguments import check_repo_id
+from .arguments import check_apart, check_repo_id
 from .errors import InvalidArgumentError, ModelFolderError
 from .headers import check_folder_files, read_config
 from .save import check_replaceable
@@ -93,19 +93,12 @@ def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
 
 def check_output(output: str, **inputs: str | None) -> None:
     """Before any work: the output folder can be replaced as a whole (`save.check_replaceable`), and it is not an
-    input folder nor holds one (inputs are never written).
+    input folder, nor holds one, nor lies inside one (inputs are never written).
 
     Raises:
         `ModelFolderError`: see `check_replaceable`. `InvalidArgumentError`: naming the input.
     """
-    target = Path(output).resolve()
-    for name, value in inputs.items():
-        if value is not None and Path(value).exists() and Path(value).resolve().is_relative_to(target):
-            raise InvalidArgumentError(
-                f"output_dir={output!r} is {'the folder of' if Path(value).resolve() == target else 'a folder holding'}"
-                f" the input {name}={value!r}; the output folder is replaced as a whole, and vocabshift never "
-                "modifies its inputs. Pass another output folder."
-            )
+    check_apart(output, name="output_dir", **inputs)
     check_replaceable(output, name="output_dir")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..arguments import check_flag, check_output_path, check_path, check_token
+from ..arguments import check_apart, check_flag, check_output_path, check_path, check_token
 from ..errors import InvalidArgumentError, OutputExistsError, ShardError, SiblingMismatchError
 from ..headers import Header, check_weight_map, read_header
 from ..record import ExtensionRecord, require_record
@@ -94,6 +94,7 @@ def propagate(
                "instruct": (instruct, instruct_revision)}
     _check_arguments(options, method, token, hardlink)
     target = _check_output_dir(output_dir)
+    check_apart(output_dir, name="output_dir", adapted=adapted, base=base, instruct=instruct)
     models = {role: _model(value, role, revision, token) for role, (value, revision) in options.items()}
     record = _record(models["adapted"])
     check_facts(record, models["adapted"], models["base"], models["instruct"])
