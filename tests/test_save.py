@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
-from conftest import ROOT, kill_once_written
+from conftest import ROOT, kill_once_written, make_model
 from vocabshift import save
 from vocabshift.errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError
 
@@ -166,3 +166,20 @@ def test_shard_sizes_as_huggingface_hub_reads_them(tmp_path):
     for size in ("20KB", "0.02 mb", 20_000):
         folder = vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / str(size), max_shard_size=size)
         assert len(list(folder.glob("*.safetensors"))) > 1
+
+
+def test_the_original_model_folder_is_never_replaced(tmp_path, tokenizers_en, tokenizers_ru):
+    """An extended model saved over the folder it was loaded from would destroy the original (the teacher, the base
+    of propagation): refused, naming the record's source model; a folder of an extended model may be saved over."""
+    source = tokenizers_en["bytelevel"]
+    model = make_model("qwen2-tied", source)
+    model.save_pretrained(tmp_path / "base")
+    source.save_pretrained(tmp_path / "base")
+    before = digest(tmp_path / "base")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=source)
+    with pytest.raises(ModelFolderError, match="base/. holds the original model this one was extended from"):
+        vocabshift.save_pretrained_atomic(model, tokenizer, f"{tmp_path / 'base'}/")
+    assert digest(tmp_path / "base") == before and siblings(tmp_path / "base") == []
+    vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "ru")
+    vocabshift.save_pretrained_atomic(AutoModelForCausalLM.from_pretrained(tmp_path / "ru"), tokenizer, tmp_path / "ru")

@@ -110,6 +110,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
             file.
         `TokenizerMismatchError`: for a model that carries an ExtensionRecord, the tokenizer it was extended from or
             the new one given to `extend_vocabulary`, in place of the one that call returned.
+        `ModelFolderError`: `folder` holds the original model, per the record's `source_model`.
 
     Example:
         ```python
@@ -124,6 +125,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
     options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
                                                                                      name="max_shard_size")}
     _check_not_swapped(model, tokenizer)
+    _check_not_the_original(model, folder)
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:
@@ -146,6 +148,16 @@ def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
             f"fingerprint, {record.tokenizer_sha256[:12]}...): save the tokenizer extend_vocabulary returned, whose "
             "ids the new rows belong to."
         )
+
+
+def _check_not_the_original(model: Model, folder: str | os.PathLike) -> None:
+    """Refuse to replace the folder an extended model was loaded from before extension (its record's source
+    model): the original is what distillation, propagation and comparisons read, and vocabshift never writes it."""
+    record = find_record(model)
+    source = None if record is None else Path(record.source_model)
+    if source is not None and source.is_dir() and source.resolve() == Path(folder).resolve():
+        raise ModelFolderError(f"folder={str(folder)!r} holds the original model this one was extended from (its "
+                               "record's source_model); vocabshift never overwrites it. Pass another folder.")
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
