@@ -66,7 +66,7 @@ def _key_value(text: str) -> tuple[str, Any]:
     "Train a target-language tokenizer in the family of a model's tokenizer (its pipeline, word boundaries, byte "
     "fallback), ready for `vocabshift extend`; save it to a folder.",
     arg("model", help="the model (or tokenizer) folder or Hub id whose tokenizer the new one is like"),
-    arg("texts", help="target-language training text: UTF-8 .txt or .txt.xz, one document per line"),
+    arg("texts", help="target-language training text: UTF-8 .txt (or .xz, .gz, .bz2), one document per line"),
     arg("output_dir", help="output folder for the tokenizer (written atomically)"),
     arg("--vocab-size", type=POSITIVE_INT, default=16000, help="size of the new vocabulary (default: 16000)"),
     arg("--min-frequency", type=POSITIVE_INT, default=2, help="minimum count of a merge or piece (default: 2)"),
@@ -99,12 +99,12 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
         help="a method option, repeatable (e.g. --option input_weighting=char_length)"),
     arg("--max-shard-size", type=shard_size, help="largest safetensors shard to write (e.g. 2GB)"),
-    arg("--source-texts", help="source-language lines (.txt or .txt.xz) whose segmentation is checked (default: "
+    arg("--source-texts", help="source-language lines (.txt, .xz, .gz, .bz2) whose segmentation is checked (default: "
         "1,500 English lines shipped with vocabshift)"),
     arg("--keep-source-segmentation", action=argparse.BooleanOptionalAction, default=None,
         help="leave out new tokens that change how the source-language lines are cut (same-script targets); with "
              "--target-texts only those not clearly the target language's (default: on with --target-texts)"),
-    arg("--target-texts", help="target-language lines (.txt or .txt.xz) for --keep-source-segmentation and the "
+    arg("--target-texts", help="target-language lines (.txt, .xz, .gz, .bz2) for --keep-source-segmentation and the "
         "tokens-per-word figures of the record"),
 )
 def cmd_extend(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from .vocab.load import fingerprint, load_tokenizer
 
 __all__: list[str] = []
 
-_TEXTS = "UTF-8 text file (.txt or .txt.xz), one document per line"
+_TEXTS = "UTF-8 text file (.txt, or compressed: .xz, .gz, .bz2), one document per line"
 
 
 # The flags only distillation reads, with their defaults: refused when a run trains with cross-entropy.
@@ -71,8 +71,8 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
         help="distillation: weight of the source-language text read at the output head (one sequence every eighth "
              "step), so that new tokens in the source's script keep off it; read only where they cut it differently "
              "(default: 1; 0: off)"),
-    arg("--source-texts", help="distillation: lines of the model's main language for --source-weight (.txt or "
-                               ".txt.xz; default: the English lines shipped with vocabshift)"),
+    arg("--source-texts", help="distillation: lines of the model's main language for --source-weight (.txt, "
+                               ".xz, .gz, .bz2; default: the English lines shipped with vocabshift)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts)

@@ -1,13 +1,15 @@
-"""Text corpora given to vocabshift: a UTF-8 file (one document per line, `.xz` compressed or not) or a list of
+"""Text corpora given to vocabshift: a UTF-8 file (one document per line; plain, xz, gzip or bz2) or a list of
 strings, checked once. The one reader of text files: fastText corpora, the CLI's text arguments, source lines."""
 
 from __future__ import annotations
 
+import bz2
 import functools
+import gzip
 import hashlib
 import lzma
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -86,15 +88,17 @@ def documents(corpus: Any) -> Iterator[str]:
 
 
 def read_texts(path: str | os.PathLike, *, name: str = "texts") -> list[str]:
-    """The non-blank lines of a UTF-8 text file (`.txt`, or xz-compressed `.xz`), one document per line.
+    """The non-blank lines of a UTF-8 text file, one document per line: plain, or xz-, gzip- or bz2-compressed (told
+    by its first bytes).
 
     Raises:
-        `CorpusError`: the file is missing, not UTF-8 (or not xz when named `.xz`), or holds no text.
+        `CorpusError`: the file is missing, not UTF-8, compressed in another format, damaged or cut short (or not xz
+            when named `.xz`), or holds no text.
     """
     path = Path(path)
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
-        raise CorpusError(f"{name}={str(path)!r} {what}: pass a UTF-8 .txt or .txt.xz file.")
+        raise CorpusError(f"{name}={str(path)!r} {what}: pass a UTF-8 text file (.txt, or .txt.xz / .gz / .bz2).")
     lines = [line for line in _file_lines(path, name=name) if line.strip()]
     if not lines:
         raise CorpusError(f"{name}={str(path)!r} holds no text: pass one document per line.")
@@ -105,14 +109,33 @@ def _file_lines(path: Path, *, name: str = "corpus") -> Iterator[str]:
     if not path.is_file():
         raise CorpusError(f"{name}={str(path)!r} is not a file: pass the path of a UTF-8 text file or a list of "
                           "strings.")
-    opener = lzma.open if path.suffix == ".xz" else open
+    opener = _opener(path, name)
     try:
         with opener(path, "rb") as handle:
             for number, raw in enumerate(handle, 1):
                 yield _decoded(raw, number, path, name)
-    except (lzma.LZMAError, EOFError) as error:
-        raise CorpusError(f"{name}={str(path)!r} is not xz-compressed text ({error}): decompress it or fix the "
-                          "name.") from None
+    except (lzma.LZMAError, EOFError, OSError) as error:  # gzip's BadGzipFile and bz2's bad data are OSErrors
+        if opener is open:
+            raise
+        raise CorpusError(f"{name}={str(path)!r} cannot be decompressed ({type(error).__name__}: {error}): the file "
+                          "is damaged or cut short; copy or download it again.") from None
+
+
+# Compressed files are read by their first bytes, whatever their name; formats the standard library lacks are named.
+_READERS: dict[bytes, Callable[..., Any]] = {b"\xfd7zXZ\x00": lzma.open, b"\x1f\x8b": gzip.open, b"BZh": bz2.open}
+_UNREAD = {b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip", b"7z\xbc\xaf\x27\x1c": "7z"}
+
+
+def _opener(path: Path, name: str) -> Callable[..., Any]:
+    with open(path, "rb") as handle:
+        head = handle.read(6)
+    for magic, kind in _UNREAD.items():
+        if head.startswith(magic):
+            raise CorpusError(f"{name}={str(path)!r} is a {kind} archive: decompress it first (vocabshift reads plain, "
+                              "xz, gzip and bz2 text).")
+    if path.suffix == ".xz" and not head.startswith(b"\xfd7zXZ\x00"):
+        raise CorpusError(f"{name}={str(path)!r} is named .xz but is not xz-compressed: fix the name.")
+    return next((reader for magic, reader in _READERS.items() if head.startswith(magic)), open)
 
 
 def _decoded(raw: bytes, number: int, path: Path, name: str) -> str:

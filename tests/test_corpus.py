@@ -1,0 +1,37 @@
+"""Text files as vocabshift reads them: plain or compressed (told by the first bytes), refused with the cause."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+
+import pytest
+
+from vocabshift.corpus import read_texts
+from vocabshift.errors import CorpusError
+
+LINES = ["привет мир", "", "xin chào thế giới", "hello world"]
+TEXT = "\n".join(LINES).encode("utf-8")
+
+
+@pytest.mark.parametrize(("name", "data"), [("a.txt", TEXT), ("a.txt.xz", lzma.compress(TEXT)),
+                                            ("a.txt.gz", gzip.compress(TEXT)), ("a.txt.bz2", bz2.compress(TEXT)),
+                                            ("gzip-named.txt", gzip.compress(TEXT))])
+def test_plain_and_compressed_files_read_alike(tmp_path, name, data):
+    (tmp_path / name).write_bytes(data)
+    assert read_texts(tmp_path / name) == [line for line in LINES if line]
+
+
+@pytest.mark.parametrize(("name", "data", "match"), [
+    ("cut.txt.xz", lzma.compress(TEXT * 50)[:60], "cannot be decompressed \\(EOFError: .*cut short; copy or download"),
+    ("cut.txt.gz", gzip.compress(TEXT * 50)[:40], "cannot be decompressed \\(EOFError"),
+    ("bad.txt.bz2", b"BZh9" + b"\x00" * 40, "cannot be decompressed \\(OSError"),
+    ("plain.txt.xz", TEXT, "is named .xz but is not xz-compressed: fix the name"),
+    ("a.zip", b"PK\x03\x04" + b"\x00" * 30, "is a zip archive: decompress it first"),
+    ("a.txt.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 30, "is a zstd archive"),
+])
+def test_damaged_or_unread_compression_is_named(tmp_path, name, data, match):
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(CorpusError, match=f"texts='.*{name}' {match}"):
+        read_texts(tmp_path / name)
