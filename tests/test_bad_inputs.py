@@ -48,6 +48,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     (root / "broken-json" / "tokenizer.json").write_text("{not json", encoding="utf-8")
     (root / "empty").mkdir()
     (root / "garbage.vec").write_text("3 4\nword 1 2\n", encoding="utf-8")
+    (root / "texts.zip").write_bytes(b"PK\x03\x04" + bytes(26))  # a zip archive's first bytes
     source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
@@ -643,6 +644,8 @@ CLI = {
                                        "--vocab-size", "800"], "nowhere.txt"),
     "evaluate missing texts": (["evaluate", "{extended}", "{root}/nowhere.txt"], "nowhere.txt"),
     "evaluate a folder as texts": (["evaluate", "{extended}", "{root}/junk"], "junk' is a folder: pass a UTF-8"),
+    "train on a zip archive": (["train", "{extended}", "{root}/texts.zip", "{root}/out", "--objective", "next_token"],
+                               "texts.zip' is a zip archive: decompress it first"),
     "propagate into its own base": (["propagate", "{extended}", "{extended}", "{extended}", "{root}/out"],
                                     "pass as base the model adapted was extended from (its record names"),
     "unknown command": (["extnd"], "invalid choice: 'extnd'"),
