@@ -168,7 +168,7 @@ def test_shard_sizes_as_huggingface_hub_reads_them(tmp_path):
         assert len(list(folder.glob("*.safetensors"))) > 1
 
 
-def test_the_original_model_folder_is_never_replaced(tmp_path, tokenizers_en, tokenizers_ru):
+def test_the_original_model_folder_is_never_replaced(tmp_path, tokenizers_en, tokenizers_ru, ru_lines):
     """An extended model saved over the folder it was loaded from would destroy the original (the teacher, the base
     of propagation): refused, naming the record's source model; a folder of an extended model may be saved over."""
     source = tokenizers_en["bytelevel"]
@@ -183,3 +183,9 @@ def test_the_original_model_folder_is_never_replaced(tmp_path, tokenizers_en, to
     assert digest(tmp_path / "base") == before and siblings(tmp_path / "base") == []
     vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "ru")
     vocabshift.save_pretrained_atomic(AutoModelForCausalLM.from_pretrained(tmp_path / "ru"), tokenizer, tmp_path / "ru")
+    (tmp_path / "ru.txt").write_text("\n".join(ru_lines[:50]), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "vocabshift", "train", str(tmp_path / "ru"), str(tmp_path / "ru.txt"),
+                           str(tmp_path / "base"), "--objective", "next_token"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
+    assert done.returncode == 1 and "is the folder of the input source_model=" in done.stderr, done.stderr
+    assert digest(tmp_path / "base") == before

@@ -13,12 +13,12 @@ from transformers import Trainer, TrainingArguments
 
 from ._disk import scratch_folder
 from ._typing import Model, Tokenizer
-from .arguments import check_positions
+from .arguments import check_apart, check_positions
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
 from .corpus import read_texts
 from .errors import InvalidArgumentError, TokenizerMismatchError
-from .record import get_record, store_record
+from .record import find_record, get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
 from .training.distill.teacher import changed_by_training
@@ -75,11 +75,14 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
                                ".xz, .gz, .bz2; default: the English lines shipped with vocabshift)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
-    check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts)
+    check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts,
+                 teacher_model=args.teacher_model, teacher_tokenizer=args.teacher_tokenizer)
     texts = read_texts(args.texts)
     require_matplotlib()  # for the loss curve: fail now, not after training
     tokenizer = model_tokenizer(args.model)
     model = load_model(args.model)
+    record = find_record(model)  # the original model's folder, which the teacher reads, is an input too
+    check_apart(args.output_dir, name="output_dir", source_model=None if record is None else record.source_model)
     check_positions(model, args.context_length, name="--context-length", argument=repr(args.model))
     with scratch_folder() as work:
         trainer = trainer_for(args, model, tokenizer, texts, training_arguments(args, str(work)))
