@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ._disk import raise_if_out_of_room
 from ._typing import Model, Tokenizer
-from .arguments import check_output_path, check_shard_size
+from .arguments import check_apart, check_output_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError
 from .record import find_record
 from .vocab.load import fingerprint
@@ -110,7 +110,8 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
             file.
         `TokenizerMismatchError`: for a model that carries an ExtensionRecord, the tokenizer it was extended from or
             the new one given to `extend_vocabulary`, in place of the one that call returned.
-        `ModelFolderError`: `folder` holds the original model, per the record's `source_model`.
+        `InvalidArgumentError`: `folder` is, holds or lies in the original model's folder (the record's
+            `source_model`).
 
     Example:
         ```python
@@ -151,13 +152,11 @@ def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
 
 
 def _check_not_the_original(model: Model, folder: str | os.PathLike) -> None:
-    """Refuse to replace the folder an extended model was loaded from before extension (its record's source
-    model): the original is what distillation, propagation and comparisons read, and vocabshift never writes it."""
+    """Refuse to write into the folder of the original model an extended one was made from (its record's
+    `source_model`), or around it: the original is what distillation, propagation and comparisons read."""
     record = find_record(model)
-    source = None if record is None else Path(record.source_model)
-    if source is not None and source.is_dir() and source.resolve() == Path(folder).resolve():
-        raise ModelFolderError(f"folder={str(folder)!r} holds the original model this one was extended from (its "
-                               "record's source_model); vocabshift never overwrites it. Pass another folder.")
+    if record is not None:
+        check_apart(folder, name="folder", source_model=record.source_model)
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
