@@ -23,6 +23,11 @@ def test_plain_and_compressed_files_read_alike(tmp_path, name, data):
     assert read_texts(tmp_path / name) == [line for line in LINES if line]
 
 
+def test_text_that_starts_like_a_magic_number_is_text(tmp_path):
+    (tmp_path / "a.txt").write_text("BZh is not bz2\nline two\n", encoding="utf-8")
+    assert read_texts(tmp_path / "a.txt") == ["BZh is not bz2", "line two"]
+
+
 @pytest.mark.parametrize(("name", "data", "match"), [
     ("cut.txt.xz", lzma.compress(TEXT * 50)[:60], "cannot be decompressed \\(EOFError: .*cut short; copy or download"),
     ("cut.txt.gz", gzip.compress(TEXT * 50)[:40], "cannot be decompressed \\(EOFError"),

@@ -122,7 +122,8 @@ def _file_lines(path: Path, *, name: str = "corpus") -> Iterator[str]:
 
 
 # Compressed files are read by their first bytes, whatever their name; formats the standard library lacks are named.
-_READERS: dict[bytes, Callable[..., Any]] = {b"\xfd7zXZ\x00": lzma.open, b"\x1f\x8b": gzip.open, b"BZh": bz2.open}
+_READERS: dict[bytes, Callable[..., Any]] = {b"\xfd7zXZ\x00": lzma.open, b"\x1f\x8b": gzip.open,
+                                             **{b"BZh%d" % level: bz2.open for level in range(1, 10)}}
 _UNREAD = {b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip", b"7z\xbc\xaf\x27\x1c": "7z"}
 
 
