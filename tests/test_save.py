@@ -189,3 +189,15 @@ def test_the_original_model_folder_is_never_replaced(tmp_path, tokenizers_en, to
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=300)
     assert done.returncode == 1 and "is the folder of the input source_model=" in done.stderr, done.stderr
     assert digest(tmp_path / "base") == before
+
+
+def test_a_model_extended_in_memory_saves_under_the_working_folder(tmp_path, monkeypatch, tokenizers_en,
+                                                                   tokenizers_ru):
+    """A model built in memory has no source folder (its record's source_model is ''), which names no path."""
+    source = tokenizers_en["bytelevel"]
+    model = make_model("qwen2-tied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=source)
+    monkeypatch.chdir(tmp_path)
+    assert vocabshift.get_record(model).source_model == ""
+    vocabshift.save_pretrained_atomic(model, tokenizer, "out/ru")
+    assert (tmp_path / "out" / "ru" / "config.json").is_file()

@@ -125,7 +125,8 @@ def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> 
     """
     target = Path(output).resolve()
     for role, value in inputs.items():
-        source = Path(value).resolve() if isinstance(value, (str, os.PathLike)) and Path(value).exists() else None
+        given = isinstance(value, (str, os.PathLike)) and str(value) != ""  # "" (a model built in memory) is no path
+        source = Path(value).resolve() if given and Path(value).exists() else None
         if source is None or not (source.is_relative_to(target) or source.is_dir() and target.is_relative_to(source)):
             continue
         where = "the folder of" if source == target else "a folder holding" if source.is_relative_to(target) else \
