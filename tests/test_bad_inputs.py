@@ -182,8 +182,8 @@ API = {
     "a quantized head": (lambda w: torch.ao.quantization.quantize_dynamic(copy.deepcopy(w.model), {torch.nn.Linear})
                          .extend_vocabulary(w.new, source_tokenizer=w.source), E.UnsupportedModelError,
                          "output head is a torch.ao.nn.quantized.dynamic.modules.linear.Linear without a floating"),
-    "new=ids up to a billion": (_extend(new=At(lambda w: _with_an_id(w.new, 10**9))), E.UnsupportedTokenizerError,
-                                "ids up to 1,000,000,000: 999,99"),
+    "new=ids up to ten million": (_extend(new=At(lambda w: _with_an_id(w.new, 10**7))), E.UnsupportedTokenizerError,
+                                  "ids up to 10,000,000: 9,99"),
     "new=None": (_extend(new=None), E.InvalidTokenizerError, "new_tokenizer is a NoneType"),
     "new=42": (_extend(new=42), E.InvalidTokenizerError, "new_tokenizer is a int"),
     "new=a model": (_extend(new=At(lambda w: w.model)), E.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM"),
