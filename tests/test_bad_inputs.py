@@ -658,6 +658,8 @@ CLI = {
     "card of a broken config": (["card", "{root}/broken-config"], "config.json' cannot be read (JSONDecodeError"),
     "gguf of a truncated model": (["gguf", "{root}/truncated", "{root}/out.gguf"],
                                   "model.safetensors' is not a valid safetensors file"),
+    "probe a method twice": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean", "subword",
+                              "mean"], "--methods names mean more than once: name each once."),
     "probe into the model's folder": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean",
                                        "--output-dir", "{extended}/probe"], "is inside the input model="),
     "card into a folder": (["card", "{extended}", "--output", "{root}/junk"], "junk' is a folder"),

@@ -226,6 +226,9 @@ def _rewrite_record(folder: Path, model: Model) -> None:
 )
 def cmd_probe(args: argparse.Namespace) -> int:
     _check_probe_output(args)
+    for flag, values in (("--methods", args.methods), ("--objectives", args.objectives or [])):
+        if repeated := sorted({value for value in values if values.count(value) > 1}):
+            raise InvalidArgumentError(f"{flag} names {', '.join(repeated)} more than once: name each once.")
     texts = read_texts(args.texts)
     if not 0 < args.held_out < len(texts):
         raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
