@@ -643,6 +643,9 @@ CLI = {
     "tokenizer from a missing file": (["tokenizer", "{extended}", "{root}/nowhere.txt", "{root}/out",
                                        "--vocab-size", "800"], "nowhere.txt"),
     "evaluate missing texts": (["evaluate", "{extended}", "{root}/nowhere.txt"], "nowhere.txt"),
+    "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
+                                          "--add-to-record writes into the config.json of model='me/model', which is "
+                                          "no local folder"),
     "evaluate a folder as texts": (["evaluate", "{extended}", "{root}/junk"], "junk' is a folder: pass a UTF-8"),
     "train on a zip archive": (["train", "{extended}", "{root}/texts.zip", "{root}/out", "--objective", "next_token"],
                                "texts.zip' is a zip archive: decompress it first"),

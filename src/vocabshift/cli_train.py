@@ -17,7 +17,7 @@ from .arguments import check_apart, check_positions
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
 from .corpus import read_texts
-from .errors import InvalidArgumentError, TokenizerMismatchError
+from .errors import InvalidArgumentError, RecordError, TokenizerMismatchError
 from .record import find_record, get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
@@ -183,7 +183,14 @@ def _teacher_dtype(name: str) -> torch.dtype | Literal["auto"] | None:
 )
 def cmd_evaluate(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)[: args.max_lines]
+    if args.add_to_record and not (Path(args.model) / "config.json").is_file():
+        raise InvalidArgumentError(f"--add-to-record writes into the config.json of model={args.model!r}, which is no "
+                                   "local folder: download it first, or leave --add-to-record out.")
     tokenizer, model = model_tokenizer(args.model), load_model(args.model)
+    if args.add_to_record and find_record(model) is None:  # before the evaluation, not after it
+        raise RecordError(f"--add-to-record: model={args.model!r} carries no vocabshift record to add the evaluation "
+                          "to (config.json has no 'vocabshift' key): leave --add-to-record out for a model vocabshift "
+                          "did not extend.")
     original = {}
     if args.original_model:
         original = {"original_tokenizer": model_tokenizer(args.original_model, argument="--original-model"),
