@@ -659,6 +659,7 @@ CLI = {
     "evaluate a folder without tokenizer": (["evaluate", "{root}/no-tokenizer", "{root}/file.txt"],
                                             "holds no tokenizer"),
     "card of a broken config": (["card", "{root}/broken-config"], "config.json' cannot be read (JSONDecodeError"),
+    "gguf over a text file": (["gguf", "{extended}", "{root}/file.txt"], "file.txt' exists and is not a GGUF file"),
     "gguf of a truncated model": (["gguf", "{root}/truncated", "{root}/out.gguf"],
                                   "model.safetensors' is not a valid safetensors file"),
     "probe a method twice": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean", "subword",

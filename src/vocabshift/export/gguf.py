@@ -26,6 +26,7 @@ from ..errors import (
     ConversionError,
     InvalidArgumentError,
     ModelFolderError,
+    OutputExistsError,
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
@@ -83,6 +84,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
             text as its original does.
         `LlamaCppError`: no converter at `llama_cpp`, or the download failed.
         `ConversionError`: the converter failed (its last lines of output are in the message).
+        `OutputExistsError`: `output_path` is an existing file that is not a GGUF.
         `ImportError`: a module the converter needs is missing (`pip install 'vocabshift[gguf]'`).
 
     Example:
@@ -120,7 +122,15 @@ def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -
     if output.is_dir() or output.resolve().is_relative_to(folder.resolve()):
         where = "is a folder" if output.is_dir() else "is inside model_dir, which vocabshift never modifies"
         raise InvalidArgumentError(f"output_path={str(output_path)!r} {where}: pass a .gguf file path elsewhere.")
+    if output.is_file() and _head(output) != b"GGUF":  # replace an earlier GGUF, never other data
+        raise OutputExistsError(f"output_path={str(output_path)!r} exists and is not a GGUF file: pass a new path, "
+                                "or delete it first.")
     return folder, output
+
+
+def _head(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        return handle.read(4)
 
 
 def _check_converter_needs() -> None:
