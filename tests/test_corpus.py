@@ -15,9 +15,20 @@ LINES = ["привет мир", "", "xin chào thế giới", "hello world"]
 TEXT = "\n".join(LINES).encode("utf-8")
 
 
-@pytest.mark.parametrize(("name", "data"), [("a.txt", TEXT), ("a.txt.xz", lzma.compress(TEXT)),
-                                            ("a.txt.gz", gzip.compress(TEXT)), ("a.txt.bz2", bz2.compress(TEXT)),
-                                            ("gzip-named.txt", gzip.compress(TEXT))])
+READABLE = [("a.txt", TEXT), ("a.txt.xz", lzma.compress(TEXT)), ("a.txt.gz", gzip.compress(TEXT, mtime=0)),
+            ("a.txt.bz2", bz2.compress(TEXT)), ("gzip-named.txt", gzip.compress(TEXT, mtime=0))]
+# Ids by file name: pytest-xdist workers must collect the same test names.
+UNREAD = [
+    ("cut.txt.xz", lzma.compress(TEXT * 50)[:60], "cannot be decompressed \\(EOFError: .*cut short; copy or download"),
+    ("cut.txt.gz", gzip.compress(TEXT * 50, mtime=0)[:40], "cannot be decompressed \\(EOFError"),
+    ("bad.txt.bz2", b"BZh9" + b"\x00" * 40, "cannot be decompressed \\(OSError"),
+    ("plain.txt.xz", TEXT, "is named .xz but is not xz-compressed: fix the name"),
+    ("a.zip", b"PK\x03\x04" + b"\x00" * 30, "is a zip archive: decompress it first"),
+    ("a.txt.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 30, "is a zstd archive"),
+]
+
+
+@pytest.mark.parametrize(("name", "data"), READABLE, ids=[case[0] for case in READABLE])
 def test_plain_and_compressed_files_read_alike(tmp_path, name, data):
     (tmp_path / name).write_bytes(data)
     assert read_texts(tmp_path / name) == [line for line in LINES if line]
@@ -28,14 +39,7 @@ def test_text_that_starts_like_a_magic_number_is_text(tmp_path):
     assert read_texts(tmp_path / "a.txt") == ["BZh is not bz2", "line two"]
 
 
-@pytest.mark.parametrize(("name", "data", "match"), [
-    ("cut.txt.xz", lzma.compress(TEXT * 50)[:60], "cannot be decompressed \\(EOFError: .*cut short; copy or download"),
-    ("cut.txt.gz", gzip.compress(TEXT * 50)[:40], "cannot be decompressed \\(EOFError"),
-    ("bad.txt.bz2", b"BZh9" + b"\x00" * 40, "cannot be decompressed \\(OSError"),
-    ("plain.txt.xz", TEXT, "is named .xz but is not xz-compressed: fix the name"),
-    ("a.zip", b"PK\x03\x04" + b"\x00" * 30, "is a zip archive: decompress it first"),
-    ("a.txt.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 30, "is a zstd archive"),
-])
+@pytest.mark.parametrize(("name", "data", "match"), UNREAD, ids=[case[0] for case in UNREAD])
 def test_damaged_or_unread_compression_is_named(tmp_path, name, data, match):
     (tmp_path / name).write_bytes(data)
     with pytest.raises(CorpusError, match=f"texts='.*{name}' {match}"):
