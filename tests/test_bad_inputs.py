@@ -47,6 +47,8 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     (root / "broken-json").mkdir()
     (root / "broken-json" / "tokenizer.json").write_text("{not json", encoding="utf-8")
     (root / "empty").mkdir()
+    (root / "index-of-nothing").mkdir()  # config.json added below
+    (root / "index-of-nothing" / "model.safetensors.index.json").write_text('{"weight_map": {}}', encoding="utf-8")
     (root / "garbage.vec").write_text("3 4\nword 1 2\n", encoding="utf-8")
     (root / "texts.zip").write_bytes(b"PK\x03\x04" + bytes(26))  # a zip archive's first bytes
     source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
@@ -56,6 +58,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
                     "bad-evaluation"):
         shutil.copytree(root / "extended", root / damaged)
+    shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
     embeddings = tensors.pop("model.embed_tokens.weight")
     save_file(tensors, root / "no-embeddings" / "model.safetensors", metadata={"format": "pt"})
@@ -606,6 +609,8 @@ CLI = {
     "extend into its own folder": (["extend", "{extended}", "{extended}", "{extended}"], "is the folder of the input"),
     "extend a missing model": (["extend", "{root}/nowhere", "{extended}", "{root}/out"], "is neither a folder"),
     "extend unrelated data": (["extend", "{root}/junk", "{extended}", "{root}/out"], "has no config.json"),
+    "extend a model whose index maps no tensor": (["extend", "{root}/index-of-nothing", "{extended}", "{root}/out"],
+                                                  "model.safetensors.index.json' is not a shard index"),
     "extend with a broken tokenizer": (["extend", "{extended}", "{root}/broken-json", "{root}/out"],
                                        "Could not load new_tokenizer"),
     "extend into unrelated data": (["extend", "{extended}", "{extended}", "{root}/junk"], "holds no saved model"),

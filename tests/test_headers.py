@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from vocabshift.errors import ShardError
-from vocabshift.headers import check_folder_files, read_header
+from vocabshift.headers import check_folder_files, read_header, read_index
 
 
 @pytest.fixture
@@ -84,3 +84,22 @@ def test_folder_files_and_index(shard):
         check_folder_files(folder, ["model.safetensors", "model.safetensors.index.json"])
     with pytest.raises(ShardError, match="The shard .*other.safetensors' is missing"):
         check_folder_files(folder, ["other.safetensors"])
+
+
+@pytest.mark.parametrize(("weight_map", "why"), [
+    ({}, "is not a shard index"), ({"a": 3}, "is not a shard index"), ({"a": ""}, "names the shard ''"),
+    ({"a": "../x.safetensors"}, "names the shard '../x.safetensors', which is not a file of its folder"),
+    ({"a": "sub/../../x.safetensors"}, "names the shard 'sub/../../x.safetensors'"),
+    ({"a": "/etc/passwd"}, "names the shard '/etc/passwd'"), ({"a": "C:\\x.safetensors"}, "names the shard 'C:"),
+    ({"a": "..\\x.safetensors"}, "names the shard '[.][.]"),
+])
+def test_index_with_no_tensors_or_shards_outside_its_folder(tmp_path, weight_map, why):
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ShardError, match=why):
+        read_index(tmp_path / "model.safetensors.index.json")
+
+
+def test_index_with_shards_in_a_subfolder(tmp_path):
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "sub/model..x.safetensors"}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    assert read_index(tmp_path / "model.safetensors.index.json")["weight_map"] == weight_map

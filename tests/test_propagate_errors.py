@@ -6,7 +6,9 @@ import json
 import shutil
 
 import pytest
-from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 import vocabshift
 from conftest import SMALL, make_model
@@ -158,6 +160,54 @@ def test_index_that_disagrees_with_its_shards(family, tmp_path):
     (instruct / "model.safetensors.index.json").write_text(json.dumps(index))
     _refused(tmp_path, errors.ShardError, "puts model.norm.weight in .*, which does not hold it", family["adapted"],
              family["base"], instruct)
+
+
+@pytest.mark.parametrize("role", ["adapted", "base", "instruct"])
+@pytest.mark.parametrize("where", ["../victim/{}", "/{}", "sub/../../victim/{}"])
+def test_index_naming_a_shard_outside_its_folder(family, tmp_path, role, where):
+    # a hostile or hand-made index must neither be read from nor written to outside the model folder (the
+    # instruct output shards take the index's names)
+    folders = {name: family[name] for name in ("adapted", "base", "instruct")}
+    folders[role] = _copy(family[role], tmp_path)
+    embedding, _ = _shards(folders[role])
+    victim = tmp_path / "victim" / embedding
+    victim.parent.mkdir()
+    shutil.copy(folders[role] / embedding, victim)
+    before = victim.read_bytes()
+    index = json.loads((folders[role] / "model.safetensors.index.json").read_text())
+    outside = where.format(victim if where == "/{}" else embedding).replace("//", "/")
+    index["weight_map"] = {key: outside if shard == embedding else shard for key, shard in index["weight_map"].items()}
+    (folders[role] / "model.safetensors.index.json").write_text(json.dumps(index))
+    _refused(tmp_path, errors.ShardError, f"names the shard '{outside}', which is not a file of its folder",
+             folders["adapted"], folders["base"], folders["instruct"])
+    assert victim.read_bytes() == before
+
+
+@pytest.mark.parametrize("role", ["adapted", "base", "instruct"])
+def test_config_that_disagrees_with_its_weights(family, tmp_path, role):
+    folders = {name: family[name] for name in ("adapted", "base", "instruct")}
+    folders[role] = _copy(family[role], tmp_path)
+    config = json.loads((folders[role] / "config.json").read_text())
+    rows, config["vocab_size"] = config["vocab_size"], config["vocab_size"] + 8
+    (folders[role] / "config.json").write_text(json.dumps(config))
+    _refused(tmp_path, errors.ModelFolderError, f"{role}=.* stores {rows} embedding rows but its config.json says "
+             f"vocab_size={rows + 8}: its files come from different models", folders["adapted"], folders["base"],
+             folders["instruct"])
+
+
+def test_a_single_file_beside_an_index_is_read_as_from_pretrained_reads_it(family, tmp_path):
+    instruct = _copy(family["instruct"], tmp_path)
+    single = {key: 2 * value for key, value in AutoModelForCausalLM.from_pretrained(instruct).state_dict().items()
+              if key != "lm_head.weight"}  # tied
+    save_file(single, instruct / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    vocabshift.propagate(family["adapted"], family["base"], instruct, output_dir=out)
+    loaded, result = AutoModelForCausalLM.from_pretrained(instruct), AutoModelForCausalLM.from_pretrained(out)
+    assert torch.equal(loaded.model.norm.weight, single["model.norm.weight"])  # what transformers reads
+    assert torch.equal(result.model.norm.weight, loaded.model.norm.weight)
+    rows = loaded.get_input_embeddings().weight.shape[0]
+    assert torch.equal(result.get_input_embeddings().weight[:rows], loaded.get_input_embeddings().weight)
+    assert "model.safetensors.index.json" not in {path.name for path in out.iterdir()}
 
 
 def test_errors_are_builtin_errors():

@@ -13,14 +13,14 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
 __all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "read_config",
-           "read_header", "read_weight_map"]
+           "read_header", "read_index", "read_weight_map"]
 
 ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8,
              "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64,
@@ -144,21 +144,39 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], start: int, size: 
         raise corrupted(path, f"the tensors end at byte {position} but the file has {size}")
 
 
-def read_weight_map(path: str | os.PathLike) -> dict[str, str]:
-    """The `weight_map` (tensor name -> shard file) of a `*.safetensors.index.json`.
+def read_index(path: str | os.PathLike) -> dict[str, Any]:
+    """A `*.safetensors.index.json`: a JSON object whose `weight_map` maps tensor names to shard files that lie in
+    the index's folder (a name such as `../x.safetensors` or `/etc/x` would read or write files elsewhere).
 
     Raises:
-        `ShardError`: the index is not JSON or has no map of tensor names to file names.
+        `ShardError`: the index is not JSON, its map is empty or not of names to file names, or a shard lies
+            outside the folder.
     """
     try:
-        weight_map = json.loads(Path(path).read_text(encoding="utf-8"))["weight_map"]
+        index = json.loads(Path(path).read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
     except (ValueError, KeyError, TypeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         weight_map = None
-    if not isinstance(weight_map, dict) or not all(
+    if not isinstance(weight_map, dict) or not weight_map or not all(
             isinstance(key, str) and isinstance(value, str) for key, value in weight_map.items()):
         raise ShardError(f"{str(path)!r} is not a shard index (JSON with a \"weight_map\" of tensor names to file "
                          "names): it is corrupted; save the model again.")
+    if (outside := next((shard for shard in weight_map.values() if not _inside(shard)), None)) is not None:
+        raise ShardError(f"{str(path)!r} names the shard {outside!r}, which is not a file of its folder: the index is "
+                         "corrupted or hostile, and vocabshift reads and writes shards only inside the model folder; "
+                         "save or download the model again.")
+    return index
+
+
+def read_weight_map(path: str | os.PathLike) -> dict[str, str]:
+    """The `weight_map` (tensor name -> shard file) of a `*.safetensors.index.json` (`read_index`)."""
+    weight_map: dict[str, str] = read_index(path)["weight_map"]
     return weight_map
+
+
+def _inside(shard: str) -> bool:
+    name = PurePosixPath(shard.replace("\\", "/"))
+    return bool(shard) and not name.is_absolute() and ".." not in name.parts and not PureWindowsPath(shard).drive
 
 
 def check_weight_map(weight_map: dict[str, str], headers: dict[str, Header], *, index: str) -> None:

@@ -9,13 +9,14 @@ from typing import Any
 
 import torch
 
-from ..errors import LineageError, RecordError, SiblingMismatchError
+from ..arguments import is_int
+from ..errors import LineageError, ModelFolderError, RecordError, SiblingMismatchError
 from ..record import ExtensionRecord
 from ..vocab.load import fingerprint
 from .shards import Matrix
 from .sources import Layout, Source
 
-__all__ = ["Model", "check_facts", "check_lineage", "check_siblings", "lineage_fix"]
+__all__ = ["Model", "check_config_rows", "check_facts", "check_lineage", "check_siblings", "lineage_fix"]
 
 logger = logging.getLogger(__name__)
 _SIBLING_FIX = "pass the instruct model that was fine-tuned from base (same architecture, hidden size and vocabulary)."
@@ -36,6 +37,22 @@ class Model:
     def facts(self) -> dict[str, Any]:
         return {"architectures": self.config.get("architectures"), "model_type": self.config.get("model_type"),
                 "hidden size": self.input.hidden, "tied output head": self.layout.tied}
+
+
+def check_config_rows(model: Model) -> None:
+    """The embedding matrices have the rows config.json names (from_pretrained refuses the folder otherwise).
+
+    Raises:
+        `ModelFolderError`: naming the model, the config's vocab_size and the stored rows.
+    """
+    text = model.config.get("text_config")
+    config = text if isinstance(text, dict) and "vocab_size" in text else model.config
+    stored = {matrix.rows for matrix in (model.input, model.output) if matrix is not None}
+    if is_int(config.get("vocab_size")) and stored != {config["vocab_size"]}:
+        rows = " and ".join(map(str, sorted(stored)))
+        raise ModelFolderError(f"{model.source.role}={model.source.name!r} stores {rows} embedding rows but its "
+                               f"config.json says vocab_size={config['vocab_size']}: its files come from different "
+                               "models (from_pretrained refuses it too); save or download the model again.")
 
 
 def check_facts(record: ExtensionRecord, adapted: Model, base: Model, instruct: Model) -> None:

@@ -20,7 +20,7 @@ from ..record import ExtensionRecord, require_record
 from ..save import atomic_folder, save_tokenizer
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
-from .checks import Model, check_facts, check_lineage, check_siblings
+from .checks import Model, check_config_rows, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
 from .outputs import write_configs, write_index, write_license_files
@@ -156,7 +156,9 @@ def _model(value: Any, role: str, revision: str | None, token: str | bool | None
                                  "so: the folder is corrupted; save or download it again.")
             matrices[side] = Matrix(header, key)
     bias = None if layout.bias is None else read_vector(headers[layout.weight_map[layout.bias]], layout.bias)
-    return Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"), bias)
+    model = Model(source, source.config(), layout, None, matrices["input"], matrices.get("output"), bias)
+    check_config_rows(model)
+    return model
 
 
 def _checked(models: dict[str, Model], record: ExtensionRecord) -> dict[str, Model]:

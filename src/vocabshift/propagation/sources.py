@@ -6,7 +6,6 @@ the shards that hold embedding tensors (all shards of the instruct model, whose 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import read_config, read_header
+from ..headers import read_config, read_header, read_index
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 
@@ -152,21 +151,19 @@ class Layout:
 
 
 def find_layout(source: Source) -> Layout:
-    """The shard map and the embedding tensors of `source` (reads the index, or the header of a single file).
+    """The shard map and the embedding tensors of `source`: the header of model.safetensors, else the index (the
+    order in which from_pretrained reads them).
 
     Raises:
         `ModelFolderError`: no safetensors weights. `ShardError`: the index or a header is corrupted, or an
             embedding tensor is missing. `UnsupportedModelError`: an architecture propagation cannot handle.
     """
     index = None
-    if INDEX in source.files:
-        try:
-            index = json.loads(source.file(INDEX).read_text(encoding="utf-8"))
-            weight_map = dict(index["weight_map"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ShardError(f"{INDEX} of {source.role}={source.name!r} is corrupted: save the model again.") from None
-    elif SINGLE in source.files:
+    if SINGLE in source.files:  # before an index, as from_pretrained reads them
         weight_map = dict.fromkeys(read_header(source.file(SINGLE)).tensors, SINGLE)
+    elif INDEX in source.files:
+        index = read_index(source.file(INDEX))
+        weight_map = dict(index["weight_map"])
     else:
         raise ModelFolderError(f"{source.role}={source.name!r} has no safetensors weights ({SINGLE} or {INDEX}): "
                                "propagate reads safetensors only; load the model and save_pretrained it again.")
