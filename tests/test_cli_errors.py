@@ -116,6 +116,17 @@ def test_push_of_a_truncated_shard(folders, tmp_path, capsys, loopback_hub):
     assert loopback_hub.requests == []
 
 
+def test_push_with_a_token_the_hub_refuses(folders, tmp_path, capsys, loopback_hub, monkeypatch):
+    import shutil
+
+    folder = shutil.copytree(folders / "model", tmp_path / "model")
+    (folder / "README.md").write_text("# a card of its own\n")
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong_secret_token")
+    code, err = _run(["push", folder, "loopback-user/x"], capsys)
+    assert code == 1 and "refused the token (401 for " in err and "set HF_TOKEN or run `hf auth login`" in err, err
+    assert "hf_wrong_secret_token" not in err
+
+
 def _contents(folder):
     return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 

@@ -196,6 +196,32 @@ def test_the_token_is_sent_but_never_logged(extended, tmp_path, loopback_hub, ca
     assert loopback_hub.token not in output and "hf_wrong_secret_token" not in output
 
 
+def test_private_is_refused_for_an_existing_public_repo(extended, tmp_path, loopback_hub):
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    vocabshift.push_to_hub(folder, REPO)
+    commits = len(HfApi().list_repo_commits(REPO))
+    (folder / "notes.md").write_text("private notes\n")
+    with pytest.raises(InvalidArgumentError, match=f"private=True, but {REPO} exists and is public: nothing was "):
+        vocabshift.push_to_hub(folder, REPO, private=True)
+    assert len(HfApi().list_repo_commits(REPO)) == commits and "notes.md" not in loopback_hub.files(REPO)
+    vocabshift.push_to_hub(folder, "loopback-user/tiny-private", private=True)
+    vocabshift.push_to_hub(folder, "loopback-user/tiny-private", private=True)  # already private: fine
+    assert HfApi().model_info("loopback-user/tiny-private").private is True
+
+
+def test_no_token_is_refused_before_any_request(extended, tmp_path, loopback_hub, monkeypatch):
+    from huggingface_hub import constants
+
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-stored-token"))
+    with pytest.raises(InvalidArgumentError, match="needs a token with write access, and none is set: set HF_TOKEN"):
+        vocabshift.push_to_hub(folder, REPO)
+    assert loopback_hub.requests == []
+
+
 CHILD_PUSH = """
 import sys, vocabshift
 vocabshift.push_to_hub(sys.argv[1], sys.argv[2], commit_message="second")

@@ -21,7 +21,7 @@ from typing import Any
 
 import transformers
 from huggingface_hub import constants
-from huggingface_hub.errors import HfHubHTTPError, HTTPError
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HTTPError, RepositoryNotFoundError
 
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
 from ._version import __version__
@@ -294,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_refused_token(error) or error}", file=sys.stderr)
         return 1
     except HTTPError as error:  # no answer from the Hub (HfHubHTTPError above is an answer: a refusal)
         print(f"error: the Hub at {constants.ENDPOINT} could not be reached ({type(error).__name__}: {error}): check "
@@ -304,6 +304,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted: nothing half-written is left (outputs are written to temporary siblings and renamed into "
               "place when complete)", file=sys.stderr)
         return 130
+
+
+def _refused_token(error: Exception) -> str | None:
+    """The Hub's 401 / 403 told as what it means: the token is missing, invalid or without access (an unknown or
+    gated repo, which the Hub also answers with 401 / 403, has its own message)."""
+    if not isinstance(error, HfHubHTTPError) or isinstance(error, (RepositoryNotFoundError, GatedRepoError)):
+        return None
+    if error.response is None or error.response.status_code not in (401, 403):
+        return None
+    response = error.response
+    return (f"the Hub at {constants.ENDPOINT} refused the token ({response.status_code} for {response.url}: "
+            f"{error.server_message or 'no reason given'}): set HF_TOKEN or run `hf auth login` with a token that "
+            "has access to the repo (write access to push).")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
 
 from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, UnsafeWeightsError
@@ -53,8 +53,8 @@ def push_to_hub(
     Args:
         folder (`str | os.PathLike`): a folder written by `save_pretrained` (config.json and `*.safetensors`).
         repo_id (`str`): `namespace/name` of the model repo.
-        private (`bool`, defaults to `False`): visibility of a repo created by this call (an existing repo keeps
-            its own).
+        private (`bool`, defaults to `False`): visibility of a repo created by this call; an existing public repo
+            is refused (nothing is uploaded to a repo the caller believes private).
         token (`str`, *optional*): a Hub token with write access; defaults to `HF_TOKEN` or the stored login.
         revision (`str`, *optional*): the branch to commit to, created from `main` if missing; defaults to `main`.
         commit_message (`str`, *optional*): defaults to `"Upload <folder name> with vocabshift"`.
@@ -62,9 +62,10 @@ def push_to_hub(
     Returns:
         `str`: the URL of the commit.
 
-    Raises (all but the last before any request):
-        `InvalidArgumentError`: `repo_id` is not a Hub repo id, `revision` not a branch name, or an argument of the
-            wrong type (`InvalidArgumentTypeError`).
+    Raises (before any request unless said otherwise):
+        `InvalidArgumentError`: `repo_id` is not a Hub repo id, `revision` not a branch name, no token is set, or
+            an argument of the wrong type (`InvalidArgumentTypeError`); after the repo is looked up, `private=True`
+            for an existing public repo.
         `ModelFolderError`: the folder has no `config.json` (or one that is not JSON) or no `*.safetensors` weights.
         `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
         `ShardError`: a safetensors file is truncated or corrupted, or an index names a missing shard.
@@ -95,6 +96,10 @@ def push_to_hub(
     if revision is not None:
         api.create_branch(repo_id, branch=revision, exist_ok=True)
     head = api.repo_info(repo_id, revision=revision, files_metadata=False)
+    if private and head.private is False:  # create_repo keeps an existing repo's visibility
+        raise InvalidArgumentError(f"private=True, but {repo_id} exists and is public: nothing was uploaded. Make it "
+                                   "private first (on its settings page, or HfApi().update_repo_settings(repo_id, "
+                                   "private=True)), or push to a new repo.")
     remote = [sibling.rfilename for sibling in getattr(head, "siblings", None) or []]
     info = api.create_commit(repo_id, operations=_operations(folder, files, card, remote), revision=revision,
                              parent_commit=head.sha,
@@ -166,6 +171,9 @@ def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revisi
     check_repo_id(repo_id)
     check_flag(private, name="private")
     check_token(token)
+    if token is None and get_token() is None:
+        raise InvalidArgumentError("push_to_hub writes to the Hub and needs a token with write access, and none is "
+                                   "set: set HF_TOKEN or run `hf auth login` (or pass token=... in Python).")
     if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
         raise InvalidArgumentError(f"commit_message={commit_message!r} is invalid: pass a non-empty string or None.")
     if revision is not None:
