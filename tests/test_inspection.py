@@ -91,7 +91,7 @@ def test_an_unreadable_config_is_an_error(folder, capsys, text, why):
 
 def test_a_folder_without_config_or_weights(tmp_path, folder, capsys):
     code, _, err = _inspect(tmp_path / "nowhere", capsys)
-    assert code == 1 and "has no config.json: pass a folder written by save_pretrained" in err
+    assert code == 1 and "nowhere' does not exist: pass a folder written by save_pretrained" in err
     for shard in folder.glob("*.safetensors"):
         shard.unlink()
     code, _, err = _inspect(folder, capsys)

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
 from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
-__all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "read_config",
-           "read_header", "read_index", "read_weight_map"]
+__all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "missing_config",
+           "read_config", "read_header", "read_index", "read_weight_map"]
 
 ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8,
              "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64,
@@ -54,7 +57,7 @@ def read_config(folder: Path) -> dict[str, Any]:
         `ModelFolderError`: no config.json, or one that is not a JSON object (corrupted).
     """
     if not (folder / "config.json").is_file():
-        raise ModelFolderError(f"{str(folder)!r} has no config.json: pass a folder written by save_pretrained.")
+        raise missing_config(folder, repr(str(folder)))
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
@@ -64,6 +67,22 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read (a JSON {type(config).__name__}, "
                                "not an object): it is corrupted; save the model again.")
     return config
+
+
+def missing_config(folder: Path, named: str) -> ModelFolderError:
+    """The error for a model folder without config.json (`named`: how the message names it), telling a folder that
+    lacks it from a path that is no folder, and a Hub repo id (which this step does not download) from a typo."""
+    if folder.is_dir():
+        return ModelFolderError(f"{named} has no config.json: pass a folder written by save_pretrained.")
+    try:
+        validate_repo_id(str(folder))
+        hub = "/" in str(folder) and not folder.is_absolute()
+    except HFValidationError:
+        hub = False
+    fix = f"; for a Hub repo, download it first (hf download {folder} --local-dir DIR) and pass DIR" if hub else ""
+    what = "is a file, not a folder" if folder.exists() else "does not exist"
+    return ModelFolderError(f"{named} {what}{' (this step reads local folders only)' if hub else ''}: pass a folder "
+                            f"written by save_pretrained{fix}.")
 
 
 def corrupted(path: Path, why: str) -> ShardError:

@@ -25,12 +25,11 @@ from ..arguments import check_choice, check_flag, check_output_path, check_path
 from ..errors import (
     ConversionError,
     InvalidArgumentError,
-    ModelFolderError,
     OutputExistsError,
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import check_folder_files, read_config
+from ..headers import check_folder_files, missing_config, read_config
 from ..record import find_record
 from ..save import atomic_file
 from ..vocab.spm_file import sentencepiece_mismatch
@@ -117,8 +116,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:
     folder, output = check_path(model_dir, name="model_dir"), check_output_path(output_path, name="output_path")
     if not (folder / "config.json").is_file():
-        raise ModelFolderError(f"model_dir={str(model_dir)!r} has no config.json: pass a folder written by "
-                               "save_pretrained.")
+        raise missing_config(folder, f"model_dir={str(model_dir)!r}")
     if output.is_dir() or output.resolve().is_relative_to(folder.resolve()):
         where = "is a folder" if output.is_dir() else "is inside model_dir, which vocabshift never modifies"
         raise InvalidArgumentError(f"output_path={str(output_path)!r} {where}: pass a .gguf file path elsewhere.")

@@ -88,6 +88,9 @@ def push_to_hub(
     check_folder_files(folder, files)
     _check_consistent(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
+    if token is None and get_token() is None:
+        raise InvalidArgumentError("push_to_hub writes to the Hub and needs a token with write access, and none is "
+                                   "set: set HF_TOKEN or run `hf auth login` (or pass token=... in Python).")
     api = HfApi(token=token)
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     if card is not None and created != repo_id:  # the Hub added the namespace: name it in the usage code
@@ -171,9 +174,6 @@ def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revisi
     check_repo_id(repo_id)
     check_flag(private, name="private")
     check_token(token)
-    if token is None and get_token() is None:
-        raise InvalidArgumentError("push_to_hub writes to the Hub and needs a token with write access, and none is "
-                                   "set: set HF_TOKEN or run `hf auth login` (or pass token=... in Python).")
     if commit_message is not None and (not isinstance(commit_message, str) or not commit_message.strip()):
         raise InvalidArgumentError(f"commit_message={commit_message!r} is invalid: pass a non-empty string or None.")
     if revision is not None:
