@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
+import os
+import sys
+import threading
 
 import pytest
 
-from vocabshift.corpus import read_texts
+from vocabshift.corpus import documents, read_texts
 from vocabshift.errors import CorpusError
 
 LINES = ["привет мир", "", "xin chào thế giới", "hello world"]
@@ -44,3 +48,33 @@ def test_damaged_or_unread_compression_is_named(tmp_path, name, data, match):
     (tmp_path / name).write_bytes(data)
     with pytest.raises(CorpusError, match=f"texts='.*{name}' {match}"):
         read_texts(tmp_path / name)
+
+
+def _fifo(tmp_path, data):
+    """A named pipe that a thread writes `data` into once (as `<(command)` gives one)."""
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    writer = threading.Thread(target=path.write_bytes, args=(data,), daemon=True)
+    writer.start()
+    return path, writer
+
+
+@pytest.mark.parametrize("data", [TEXT, gzip.compress(TEXT, mtime=0)], ids=["plain", "gzip"])
+def test_a_pipe_is_read_once_whole(tmp_path, data):
+    path, writer = _fifo(tmp_path, data)
+    assert read_texts(path) == [line for line in LINES if line]
+    writer.join(timeout=10)
+
+
+def test_a_dash_reads_standard_input(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bz2.compress(TEXT))))
+    assert read_texts("-") == [line for line in LINES if line]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    with pytest.raises(CorpusError, match="texts='-' holds no text"):
+        read_texts("-")
+
+
+def test_a_corpus_read_twice_refuses_a_pipe(tmp_path):
+    os.mkfifo(tmp_path / "pipe")  # refused before it is opened: no writer needed
+    with pytest.raises(CorpusError, match="pipe' is a pipe or device, which can be read only once"):
+        list(documents(tmp_path / "pipe"))

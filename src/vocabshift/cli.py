@@ -66,7 +66,8 @@ def _key_value(text: str) -> tuple[str, Any]:
     "Train a target-language tokenizer in the family of a model's tokenizer (its pipeline, word boundaries, byte "
     "fallback), ready for `vocabshift extend`; save it to a folder.",
     arg("model", help="the model (or tokenizer) folder or Hub id whose tokenizer the new one is like"),
-    arg("texts", help="target-language training text: UTF-8 .txt (or .xz, .gz, .bz2), one document per line"),
+    arg("texts", help="target-language training text: UTF-8 .txt (or .xz, .gz, .bz2; '-' reads standard input), "
+                      "one document per line"),
     arg("output_dir", help="output folder for the tokenizer (written atomically)"),
     arg("--vocab-size", type=POSITIVE_INT, default=16000, help="size of the new vocabulary (default: 16000)"),
     arg("--min-frequency", type=POSITIVE_INT, default=2, help="minimum count of a merge or piece (default: 2)"),

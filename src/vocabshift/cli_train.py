@@ -27,7 +27,7 @@ from .vocab.load import fingerprint, load_tokenizer
 
 __all__: list[str] = []
 
-_TEXTS = "UTF-8 text file (.txt, or compressed: .xz, .gz, .bz2), one document per line"
+_TEXTS = "UTF-8 text file (.txt, or compressed: .xz, .gz, .bz2; '-' reads standard input), one document per line"
 
 
 # The flags only distillation reads, with their defaults: refused when a run trains with cross-entropy.

@@ -7,8 +7,10 @@ import bz2
 import functools
 import gzip
 import hashlib
+import io
 import lzma
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -89,36 +91,56 @@ def documents(corpus: Any) -> Iterator[str]:
 
 def read_texts(path: str | os.PathLike, *, name: str = "texts") -> list[str]:
     """The non-blank lines of a UTF-8 text file, one document per line: plain, or xz-, gzip- or bz2-compressed (told
-    by its first bytes).
+    by its first bytes). A pipe (`<(head -1000 corpus.txt)`) or `"-"` (standard input) is read once, whole.
 
     Raises:
         `CorpusError`: the file is missing, not UTF-8, compressed in another format, damaged or cut short (or not xz
             when named `.xz`), or holds no text.
     """
     path = Path(path)
-    if not path.is_file():
+    if str(path) != "-" and not path.exists() or path.is_dir():
         what = "is a folder" if path.is_dir() else "does not exist"
         raise CorpusError(f"{name}={str(path)!r} {what}: pass a UTF-8 text file (.txt, or .txt.xz / .gz / .bz2).")
-    lines = [line for line in _file_lines(path, name=name) if line.strip()]
+    lines = [line for line in _file_lines(path, name=name, stream=True) if line.strip()]
     if not lines:
         raise CorpusError(f"{name}={str(path)!r} holds no text: pass one document per line.")
     return lines
 
 
-def _file_lines(path: Path, *, name: str = "corpus") -> Iterator[str]:
-    if not path.is_file():
-        raise CorpusError(f"{name}={str(path)!r} is not a file: pass the path of a UTF-8 text file or a list of "
-                          "strings.")
-    opener = _opener(path, name)
+def _file_lines(path: Path, *, name: str = "corpus", stream: bool = False) -> Iterator[str]:
+    """The decoded lines of a file; with `stream`, also of a pipe or "-" (standard input), which are read whole
+    first (they cannot be read twice, and their first bytes tell the format)."""
+    if not path.is_file() and not stream:
+        what = "is a pipe or device, which can be read only once" if path.exists() else "is not a file"
+        raise CorpusError(f"{name}={str(path)!r} {what}: pass the path of a UTF-8 text file or a list of strings.")
+    source: Path | io.BytesIO = path if path.is_file() else io.BytesIO(_read_stream(path))
+    head = source.getvalue()[:6] if isinstance(source, io.BytesIO) else _head(path)
+    opener = _opener(head, path, name)
     try:
-        with opener(path, "rb") as handle:
+        with opener(source, "rb") as handle:
             for number, raw in enumerate(handle, 1):
                 yield _decoded(raw, number, path, name)
     except (lzma.LZMAError, EOFError, OSError) as error:  # gzip's BadGzipFile and bz2's bad data are OSErrors
-        if opener is open:
+        if opener is _plain:
             raise
         raise CorpusError(f"{name}={str(path)!r} cannot be decompressed ({type(error).__name__}: {error}): the file "
                           "is damaged or cut short; copy or download it again.") from None
+
+
+def _read_stream(path: Path) -> bytes:
+    if str(path) == "-":
+        return sys.stdin.buffer.read()
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(6)
+
+
+def _plain(source: Path | io.BytesIO, mode: str) -> Any:
+    return source if isinstance(source, io.BytesIO) else open(source, mode)
 
 
 # Compressed files are read by their first bytes, whatever their name; formats the standard library lacks are named.
@@ -127,16 +149,14 @@ _READERS: dict[bytes, Callable[..., Any]] = {b"\xfd7zXZ\x00": lzma.open, b"\x1f\
 _UNREAD = {b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip", b"7z\xbc\xaf\x27\x1c": "7z"}
 
 
-def _opener(path: Path, name: str) -> Callable[..., Any]:
-    with open(path, "rb") as handle:
-        head = handle.read(6)
+def _opener(head: bytes, path: Path, name: str) -> Callable[..., Any]:
     for magic, kind in _UNREAD.items():
         if head.startswith(magic):
             raise CorpusError(f"{name}={str(path)!r} is a {kind} archive: decompress it first (vocabshift reads plain, "
                               "xz, gzip and bz2 text).")
     if path.suffix == ".xz" and not head.startswith(b"\xfd7zXZ\x00"):
         raise CorpusError(f"{name}={str(path)!r} is named .xz but is not xz-compressed: fix the name.")
-    return next((reader for magic, reader in _READERS.items() if head.startswith(magic)), open)
+    return next((reader for magic, reader in _READERS.items() if head.startswith(magic)), _plain)
 
 
 def _decoded(raw: bytes, number: int, path: Path, name: str) -> str:
