@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from datasets import Dataset, DatasetDict, IterableDataset
-from peft import LoraConfig
+from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
@@ -103,6 +103,13 @@ def _extend(**kwargs):
     return call
 
 
+def _wrapped_by_peft(**config):
+    def call(w):
+        model = get_peft_model(copy.deepcopy(w.model), LoraConfig(r=2, **config))
+        return model.extend_vocabulary(w.new, source_tokenizer=w.source)
+    return call
+
+
 def _args(w, **overrides):
     options = dict(max_steps=1, report_to=[], use_cpu=True, save_strategy="no", per_device_train_batch_size=2)
     return TrainingArguments(str(w.root / "runs"), **{**options, **overrides})
@@ -185,6 +192,17 @@ API = {
     "a quantized head": (lambda w: torch.ao.quantization.quantize_dynamic(copy.deepcopy(w.model), {torch.nn.Linear})
                          .extend_vocabulary(w.new, source_tokenizer=w.source), E.UnsupportedModelError,
                          "output head is a torch.ao.nn.quantized.dynamic.modules.linear.Linear without a floating"),
+    **{f"embeddings wrapped by peft ({name})": (_wrapped_by_peft(**config), E.UnsupportedModelError,
+                                                f"embeddings are wrapped by a peft adapter ({kind}), whose weights "
+                                                "keep the old vocabulary's width: call extend_vocabulary on the model "
+                                                "before get_peft_model")
+       for name, config, kind in [
+           ("LoRA on the embeddings", {"target_modules": ["embed_tokens"]}, "peft.tuners.lora.layer.Embedding"),
+           ("LoRA on the head", {"target_modules": ["lm_head"]}, "peft.tuners.lora.layer.Linear"),
+           ("modules_to_save", {"target_modules": ["q_proj"], "modules_to_save": ["embed_tokens"]},
+            "peft.utils.other.ModulesToSaveWrapper"),
+           ("trainable tokens", {"target_modules": ["q_proj"], "trainable_token_indices": [1, 2]},
+            "peft.utils.other.TrainableTokensWrapper")]},
     "new=ids up to ten million": (_extend(new=At(lambda w: _with_an_id(w.new, 10**7))), E.UnsupportedTokenizerError,
                                   "ids up to 10,000,000: 9,99"),
     "new=None": (_extend(new=None), E.InvalidTokenizerError, "new_tokenizer is a NoneType"),

@@ -80,13 +80,12 @@ class Embeddings:
 
 
 def _modules(model: Model) -> tuple[Any, Any]:
-    """`get_input_embeddings()` and `get_output_embeddings()` (None where the model has none with a weight)."""
+    """`get_input_embeddings()` and `get_output_embeddings()` as the model gives them (None where it has none)."""
     try:
         inputs = model.get_input_embeddings()
     except (AttributeError, NotImplementedError):
         inputs = None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return inputs, (head if isinstance(getattr(head, "weight", None), torch.Tensor) else None)
+    return inputs, model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
 
 
 def input_matrix(model: Model) -> torch.Tensor | None:
@@ -104,14 +103,16 @@ def find_embeddings(model: Model) -> Embeddings:
         `UnsupportedModelError`: without an input embedding matrix, with a head of another shape or one that is not
             a floating-point matrix (quantized), or with embeddings whose values are not loaded (on the meta device).
     """
-    inputs, head = _modules(model)
+    inputs, found = _modules(model)
+    _check_not_wrapped(model, inputs, found)
+    head = found if isinstance(getattr(found, "weight", None), torch.Tensor) else None
     weight = input_matrix(model)
     if weight is None:
         raise UnsupportedModelError(
             f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() gave "
             f"{type(inputs).__name__}): pass a transformers model with token embeddings."
         )
-    _check_head_writable(model, head)
+    _check_head_writable(model, found, head)
     if head is not None and head.weight.shape != weight.shape:
         raise UnsupportedModelError(
             f"{type(model).__name__}'s output head has shape {tuple(head.weight.shape)} but its input embeddings "
@@ -122,10 +123,21 @@ def find_embeddings(model: Model) -> Embeddings:
     return Embeddings(inputs, untied, head, weight.shape[0])
 
 
-def _check_head_writable(model: Model, head: Any) -> None:
+def _check_not_wrapped(model: Model, *modules: Any) -> None:
+    """Refuse embeddings that a peft adapter wraps (a LoRA layer, `modules_to_save`, trainable tokens): their
+    adapter weights keep the old vocabulary's width, and the extended model would fail in its first forward."""
+    wrapped = next((module for module in modules if type(module).__module__.split(".")[0] == "peft"), None)
+    if wrapped is not None:
+        raise UnsupportedModelError(
+            f"{type(model).__name__}'s embeddings are wrapped by a peft adapter ({type(wrapped).__module__}."
+            f"{type(wrapped).__name__}), whose weights keep the old vocabulary's width: call extend_vocabulary on "
+            "the model before get_peft_model, or merge a trained adapter first (model = model.merge_and_unload())."
+        )
+
+
+def _check_head_writable(model: Model, found: Any, head: Any) -> None:
     """Refuse a head vocabshift cannot write rows into (a quantized one: its weight is packed integers, or not a
     tensor at all), which would otherwise be left without the new tokens' rows, silently."""
-    found = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if found is not None and (head is None or not head.weight.is_floating_point()):
         raise UnsupportedModelError(
             f"{type(model).__name__}'s output head is a {type(found).__module__}.{type(found).__name__} without a "
@@ -178,7 +190,7 @@ def embedding_names(config: Any) -> EmbeddingNames:
     inputs, head = _modules(model)
     named = list(model.named_parameters(remove_duplicate=False))
     input_names = [n for n, p in named if p is inputs.weight]
-    head_names = [n for n, p in named if head is not None and p is head.weight]
+    head_names = [n for n, p in named if p is getattr(head, "weight", None)]
     return EmbeddingNames(input_names, head_names, bool(head_names) and bool(set(input_names) & set(head_names)))
 
 
