@@ -490,6 +490,10 @@ API = {
     "save with the original tokenizer": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.source,
                                                                                      w.root / "out-10"),
                                          E.TokenizerMismatchError, "tokenizer is the tokenizer the model was extended"),
+    "save a peft model around an extended one": (
+        lambda w: vocabshift.save_pretrained_atomic(get_peft_model(copy.deepcopy(w.extended), LoraConfig(
+            r=2, target_modules=["q_proj"])), w.extended_tokenizer, w.root / "out-12"), E.UnsupportedModelError,
+        "model is a peft PeftModel around an extended model, and its save_pretrained writes the adapter alone"),
     "save with the new tokenizer": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.new, w.root / "out-11"),
                                     E.TokenizerMismatchError, "tokenizer is the new tokenizer given to extend_vocab"),
     "train_word_vectors cache_dir=a file": (

@@ -22,7 +22,7 @@ from pathlib import Path
 from ._disk import raise_if_out_of_room
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_shard_size
-from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError
+from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError, UnsupportedModelError
 from .record import find_record
 from .vocab.load import fingerprint
 from .vocab.spm_file import save_sentencepiece
@@ -108,6 +108,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
         `InvalidArgumentError`: a `max_shard_size` that is not a size, a model or tokenizer without
             `save_pretrained`, a folder that is not a path (`InvalidArgumentTypeError` for wrong types) or under a
             file.
+        `UnsupportedModelError`: a peft model around an extended one (it would save the adapter alone).
         `TokenizerMismatchError`: for a model that carries an ExtensionRecord, the tokenizer it was extended from or
             the new one given to `extend_vocabulary`, in place of the one that call returned.
         `InvalidArgumentError`: `folder` is, holds or lies in the original model's folder (the record's
@@ -125,6 +126,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
                                            "a transformers model and its tokenizer (or tokenizer=None).")
     options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
                                                                                      name="max_shard_size")}
+    _check_not_an_adapter(model)
     _check_not_swapped(model, tokenizer)
     _check_not_the_original(model, folder)
     with atomic_folder(folder) as temporary:
@@ -132,6 +134,18 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
         if tokenizer is not None:
             save_tokenizer(tokenizer, temporary)
     return Path(folder)
+
+
+def _check_not_an_adapter(model: Model) -> None:
+    """Refuse a peft model around an extended one: its save_pretrained writes the adapter alone, without the
+    extended embeddings and the record (the tokenizer saved beside would not fit the base model)."""
+    if type(model).__module__.split(".")[0] == "peft" and find_record(model) is not None:
+        raise UnsupportedModelError(
+            f"model is a peft {type(model).__name__} around an extended model, and its save_pretrained writes the "
+            "adapter alone: the new embedding rows and the vocabshift record would be lost. Merge the adapter first "
+            "(model = model.merge_and_unload()), then save; save the adapter apart with model.save_pretrained(...) "
+            "before merging if you need it."
+        )
 
 
 def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
