@@ -191,6 +191,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise RecordError(f"--add-to-record: model={args.model!r} carries no vocabshift record to add the evaluation "
                           "to (config.json has no 'vocabshift' key): leave --add-to-record out for a model vocabshift "
                           "did not extend.")
+    if args.original_model and Path(args.original_model).exists() and \
+            Path(args.original_model).resolve() == Path(args.model).resolve():
+        raise InvalidArgumentError(f"--original-model {args.original_model!r} is the model itself, so the comparison "
+                                   "would show two equal rows: pass the model before adaptation (the record's "
+                                   "source_model).")
     original = {}
     if args.original_model:
         original = {"original_tokenizer": model_tokenizer(args.original_model, argument="--original-model"),

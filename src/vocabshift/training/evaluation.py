@@ -171,6 +171,10 @@ def evaluate(
     texts = check_texts(texts, name="texts")
     if (original_model is None) != (original_tokenizer is None):
         raise InvalidArgumentError("Pass both original_model and original_tokenizer, or neither.")
+    if original_model is not None and original_model is model:
+        raise InvalidArgumentError("original_model is model itself, so the comparison would show two equal rows: pass "
+                                   "the model before adaptation (the one extend_vocabulary was called on, loaded "
+                                   "again) with its own tokenizer.")
     options = {"context_length": check_count(context_length, name="context_length", minimum=2),
                "batch_size": check_count(batch_size, name="batch_size")}
     pairs = [("adapted", model, _checked_tokenizer(model, tokenizer, context_length, prefix=""))]
