@@ -56,7 +56,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
-                    "bad-evaluation"):
+                    "bad-evaluation", "relative-source"):
         shutil.copytree(root / "extended", root / damaged)
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
@@ -68,6 +68,9 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config = json.loads((root / "bad-record" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["new_token_ranges"] = "all the new ones"  # as a hand edit might leave it
     (root / "bad-record" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    config = json.loads((root / "relative-source" / "config.json").read_text(encoding="utf-8"))
+    config["vocabshift"]["source_model"] = "base-model"  # extend was run where a folder base-model/ was
+    (root / "relative-source" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     config = json.loads((root / "bad-evaluation" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -680,6 +683,9 @@ CLI = {
     "tokenizer from a missing file": (["tokenizer", "{extended}", "{root}/nowhere.txt", "{root}/out",
                                        "--vocab-size", "800"], "nowhere.txt"),
     "evaluate missing texts": (["evaluate", "{extended}", "{root}/nowhere.txt"], "nowhere.txt"),
+    "train where the record's source model is not": (
+        ["train", "{root}/relative-source", "{root}/file.txt", "{root}/out"],
+        "the record's source_model 'base-model' (where extend read the model), which cannot be loaded from here ("),
     "evaluate against itself": (["evaluate", "{extended}", "{root}/file.txt", "--original-model", "{extended}/"],
                                 "is the model itself, so the comparison would show two equal rows"),
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],

@@ -17,7 +17,7 @@ from .arguments import check_apart, check_positions
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
 from .corpus import read_texts
-from .errors import InvalidArgumentError, RecordError, TokenizerMismatchError
+from .errors import InvalidArgumentError, RecordError, TokenizerLoadError, TokenizerMismatchError
 from .record import find_record, get_record, store_record
 from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
@@ -116,19 +116,7 @@ def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, te
         blocks = pack_texts(texts, tokenizer, max_length=args.context_length, blocks=True)
         dataset = [{"input_ids": block, "labels": block} for block in blocks]
         return Trainer(model=model, args=options, train_dataset=dataset, callbacks=callbacks)
-    record = get_record(model)
-    if not (args.teacher_tokenizer or record.source_model):
-        raise InvalidArgumentError(
-            f"The record of {args.model!r} names no source model (it was built in memory, not loaded from a folder "
-            "or the Hub), so the original tokenizer the teacher reads is unknown: pass --teacher-tokenizer (the "
-            "tokenizer the model was extended from), or --objective next_token."
-        )
-    teacher = load_tokenizer(args.teacher_tokenizer or record.source_model, argument="--teacher-tokenizer")
-    if fingerprint(teacher) != record.source_tokenizer_sha256:
-        raise TokenizerMismatchError(
-            f"--teacher-tokenizer {args.teacher_tokenizer or record.source_model!r} is not the tokenizer the model "
-            "was extended from (another fingerprint than the record's): pass that tokenizer."
-        )
+    teacher = _teacher_tokenizer(args, get_record(model))
     teacher_model = load_model(args.teacher_model, argument="--teacher-model") if args.teacher_model else None
     source = read_texts(args.source_texts, name="--source-texts") if args.source_texts else None
     packed = [{"text": text} for text in pack_texts(texts, tokenizer, max_length=args.context_length)]
@@ -137,6 +125,31 @@ def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, te
                                teacher_dtype=_teacher_dtype(args.teacher_dtype), source_texts=source,
                                weights=DistillationWeights(teacher_share=args.teacher_share, source=args.source_weight),
                                callbacks=callbacks)
+
+
+def _teacher_tokenizer(args: argparse.Namespace, record: Any) -> Tokenizer:
+    """--teacher-tokenizer, else the record's source model: the tokenizer the model was extended from."""
+    if not (args.teacher_tokenizer or record.source_model):
+        raise InvalidArgumentError(
+            f"The record of {args.model!r} names no source model (it was built in memory, not loaded from a folder "
+            "or the Hub), so the original tokenizer the teacher reads is unknown: pass --teacher-tokenizer (the "
+            "tokenizer the model was extended from), or --objective next_token."
+        )
+    given = f"--teacher-tokenizer {args.teacher_tokenizer!r}" if args.teacher_tokenizer else \
+        f"the record's source_model {record.source_model!r} (where extend read the model)"
+    try:
+        teacher = load_tokenizer(args.teacher_tokenizer or record.source_model, argument="--teacher-tokenizer")
+    except TokenizerLoadError as error:
+        if args.teacher_tokenizer:
+            raise
+        raise TokenizerLoadError(f"The teacher reads the tokenizer the model was extended from, {given}, which "
+                                 f"cannot be loaded from here ({error.__cause__ or error}): pass --teacher-tokenizer "
+                                 "(that tokenizer's folder or Hub id; a relative path is read from the current "
+                                 "folder), or --objective next_token.") from None
+    if fingerprint(teacher) != record.source_tokenizer_sha256:
+        raise TokenizerMismatchError(f"{given} is not the tokenizer the model was extended from (another fingerprint "
+                                     "than the record's): pass that tokenizer with --teacher-tokenizer.")
+    return teacher
 
 
 def _check_no_distillation_flags(args: argparse.Namespace) -> None:
