@@ -78,3 +78,16 @@ def test_a_corpus_read_twice_refuses_a_pipe(tmp_path):
     os.mkfifo(tmp_path / "pipe")  # refused before it is opened: no writer needed
     with pytest.raises(CorpusError, match="pipe' is a pipe or device, which can be read only once"):
         list(documents(tmp_path / "pipe"))
+
+
+def test_a_utf8_byte_order_mark_is_not_text(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbf" + TEXT)  # as Windows editors save UTF-8
+    assert read_texts(tmp_path / "a.txt") == [line for line in LINES if line]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_is_named_with_its_fix(tmp_path, encoding):
+    text = "\n".join(LINES) if encoding == "utf-16" else "\ufeff" + "\n".join(LINES)  # "utf-16" writes its mark
+    (tmp_path / "a.txt").write_bytes(text.encode(encoding))
+    with pytest.raises(CorpusError, match="a.txt' is UTF-16 text .*iconv -f utf-16 -t utf-8"):
+        read_texts(tmp_path / "a.txt")

@@ -154,6 +154,9 @@ def _opener(head: bytes, path: Path, name: str) -> Callable[..., Any]:
         if head.startswith(magic):
             raise CorpusError(f"{name}={str(path)!r} is a {kind} archive: decompress it first (vocabshift reads plain, "
                               "xz, gzip and bz2 text).")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # a UTF-16 (or UTF-32) byte-order mark
+        raise CorpusError(f"{name}={str(path)!r} is UTF-16 text (it starts with a UTF-16 byte-order mark): convert it "
+                          "to UTF-8 first, e.g. `iconv -f utf-16 -t utf-8 in.txt > out.txt`.")
     if path.suffix == ".xz" and not head.startswith(b"\xfd7zXZ\x00"):
         raise CorpusError(f"{name}={str(path)!r} is named .xz but is not xz-compressed: fix the name.")
     return next((reader for magic, reader in _READERS.items() if head.startswith(magic)), _plain)
@@ -172,7 +175,7 @@ def _decoded(raw: bytes, number: int, path: Path, name: str) -> str:
             f"{name}={str(path)!r} line {number} holds NUL characters (UTF-16 text?): convert it to UTF-8, "
             "e.g. `iconv -f utf-16 -t utf-8 in.txt > out.txt`."
         )
-    return line.rstrip("\r\n")
+    return (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")  # a UTF-8 byte-order mark
 
 
 def corpus_fingerprint(corpus: Any) -> tuple[str, int]:
