@@ -683,6 +683,8 @@ CLI = {
     "tokenizer from a missing file": (["tokenizer", "{extended}", "{root}/nowhere.txt", "{root}/out",
                                        "--vocab-size", "800"], "nowhere.txt"),
     "evaluate missing texts": (["evaluate", "{extended}", "{root}/nowhere.txt"], "nowhere.txt"),
+    "tokenizer over its texts file": (["tokenizer", "{extended}", "{root}/file.txt", "{root}/file.txt"],
+                                      "file.txt' is the input texts='"),
     "train where the record's source model is not": (
         ["train", "{root}/relative-source", "{root}/file.txt", "{root}/out"],
         "the record's source_model 'base-model' (where extend read the model), which cannot be loaded from here ("),

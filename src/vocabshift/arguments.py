@@ -129,9 +129,9 @@ def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> 
         source = Path(value).resolve() if given and Path(value).exists() else None
         if source is None or not (source.is_relative_to(target) or source.is_dir() and target.is_relative_to(source)):
             continue
-        where = "the folder of" if source == target else "a folder holding" if source.is_relative_to(target) else \
-            "inside"
-        raise InvalidArgumentError(f"{name}={str(output)!r} is {where} the input {role}={str(value)!r}; the output "
+        where = ("the folder of " if source.is_dir() else "") if source == target else \
+            "a folder holding " if source.is_relative_to(target) else "inside "
+        raise InvalidArgumentError(f"{name}={str(output)!r} is {where}the input {role}={str(value)!r}; the output "
                                    "folder is replaced as a whole, and vocabshift never modifies its inputs. Pass "
                                    "another output folder.")
 
