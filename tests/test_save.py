@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,40 @@ def test_a_model_extended_in_memory_saves_under_the_working_folder(tmp_path, mon
     assert vocabshift.get_record(model).source_model == ""
     vocabshift.save_pretrained_atomic(model, tokenizer, "out/ru")
     assert (tmp_path / "out" / "ru" / "config.json").is_file()
+
+
+# The child runs `vocabshift extend`, whose tokenizer save stalls after the model is written into the temporary
+# sibling; it is stopped there with SIGTERM, as a scheduler's time limit or `docker stop` stops a job.
+CHILD_CLI = """
+import sys, time
+import vocabshift.save as save
+from vocabshift.cli import main
+def stalling(tokenizer, folder, **options):
+    open(sys.argv[1], "w").write(str(folder))
+    time.sleep(120)
+save.save_tokenizer = stalling
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_the_cli_stopped_by_sigterm_leaves_nothing_behind(tmp_path, tokenizers_en, tokenizers_ru):
+    source = tokenizers_en["bytelevel"]
+    vocabshift.save_pretrained_atomic(make_model("qwen2-tied", source), source, tmp_path / "base")
+    tokenizers_ru["bytelevel"].save_pretrained(tmp_path / "new")
+    marker, out = tmp_path / "marker", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_CLI, str(marker), "extend", str(tmp_path / "base"),
+                              str(tmp_path / "new"), str(out), "--method", "mean"], env=env, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), f"the child never reached the save (exit status {child.poll()})"
+        assert Path(marker.read_text()).exists()  # the temporary sibling, holding the model's files
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signal.SIGTERM and "interrupted: nothing half-written is left" in err, err
+    assert siblings(out) == ["base", "marker", "new"] and not out.exists()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -292,6 +294,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None  # a scheduler's stop: as Ctrl-C
+    try:
+        return _run(args)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; expected errors, an unreachable Hub and interruptions become a message and an exit code."""
     try:
         return args.run(args)
     except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
@@ -301,10 +314,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: the Hub at {constants.ENDPOINT} could not be reached ({type(error).__name__}: {error}): check "
               "the network, HF_ENDPOINT and the proxy settings.", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: outputs are written to temporary siblings, removed on the way out
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: outputs are written to temporary siblings, removed here
         print("interrupted: nothing half-written is left (outputs are written to temporary siblings and renamed into "
               "place when complete)", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if isinstance(stop, _Terminated) else 130
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's time limit, `docker stop`, `kill`), raised as Ctrl-C is: the same cleanup runs."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
 
 
 def _refused_token(error: Exception) -> str | None:
