@@ -106,6 +106,13 @@ def _extend(**kwargs):
     return call
 
 
+def _with_a_marker(tokenizer):
+    """A copy of `tokenizer` given one more special token, as after `tokenizer.add_tokens([...])`."""
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.add_tokens(["<|marker|>"], special_tokens=True)
+    return tokenizer
+
+
 def _wrapped_by_peft(**config):
     def call(w):
         model = get_peft_model(copy.deepcopy(w.model), LoraConfig(r=2, **config))
@@ -501,6 +508,10 @@ API = {
         lambda w: vocabshift.save_pretrained_atomic(get_peft_model(copy.deepcopy(w.extended), LoraConfig(
             r=2, target_modules=["q_proj"])), w.extended_tokenizer, w.root / "out-12"), E.UnsupportedModelError,
         "model is a peft PeftModel around an extended model, and its save_pretrained writes the adapter alone"),
+    "save a tokenizer given a token after extend_vocabulary": (
+        lambda w: vocabshift.save_pretrained_atomic(w.extended, _with_a_marker(w.extended_tokenizer),
+                                                    w.root / "out-13"),
+        E.TokenizerMismatchError, "token(s) beyond the model's"),
     "save with the new tokenizer": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.new, w.root / "out-11"),
                                     E.TokenizerMismatchError, "tokenizer is the new tokenizer given to extend_vocab"),
     "train_word_vectors cache_dir=a file": (

@@ -150,7 +150,8 @@ def _check_not_an_adapter(model: Model) -> None:
 
 def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
     """Refuse the two tokenizers most easily saved by mistake next to an extended model: the one it was extended from
-    and the new one given to `extend_vocabulary` (a tokenizer changed after `extend_vocabulary` is saved as it is)."""
+    and the new one given to `extend_vocabulary`; and a tokenizer changed after `extend_vocabulary` whose ids reach
+    past the rows (other changes are saved as they are)."""
     record = find_record(model)
     if tokenizer is None or record is None or not hasattr(tokenizer, "backend_tokenizer"):
         return
@@ -162,6 +163,14 @@ def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
             f"tokenizer is {swapped[found]}, not the one extend_vocabulary returned (the model's record names its "
             f"fingerprint, {record.tokenizer_sha256[:12]}...): save the tokenizer extend_vocabulary returned, whose "
             "ids the new rows belong to."
+        )
+    rows = model.get_input_embeddings().weight.shape[0]
+    beyond = sorted((i, t) for t, i in tokenizer.get_vocab().items() if i >= rows)
+    if found != record.tokenizer_sha256 and beyond:  # changed after extend_vocabulary (which covers every id)
+        raise TokenizerMismatchError(
+            f"tokenizer has {len(beyond)} token(s) beyond the model's {rows} embedding rows ({beyond[0][1]!r} is id "
+            f"{beyond[0][0]}), added after extend_vocabulary: the model would fail on them. Add such tokens to the new "
+            "tokenizer before extend_vocabulary (it gives them rows), or save the tokenizer it returned."
         )
 
 
