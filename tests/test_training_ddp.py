@@ -82,3 +82,23 @@ def test_ddp_gradients_are_the_mean_over_the_global_batch(ddp_run):
         assert sorted(ran["gradients"]) == sorted(gradients) and len(gradients) == 2  # input rows, head rows
         assert_same_reduction([ran["gradients"][n] for n in gradients], list(gradients.values()), "gradients")
         assert_same_reduction([ran["after_sgd"][n] for n in after], list(after.values()), "after one SGD step")
+
+
+def test_the_cli_under_torchrun_trains_one_run_and_writes_once(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """`torchrun -m vocabshift train` on a machine without accelerator: one DDP run over gloo (each process takes
+    half of each global batch), one result line, one output folder written by the main process."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "in")
+    (tmp_path / "texts.txt").write_text("\n".join(ru_lines[:64]) + "\n", encoding="utf-8")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "vocabshift", "train",
+                           str(tmp_path / "in"), str(tmp_path / "texts.txt"), str(tmp_path / "out"), "--max-steps",
+                           "2", "--batch-size", "2", "--context-length", "32", "--objective", "next_token"],
+                          env={**ENV, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.count(f"{tmp_path / 'out'}: 2 embedding-only steps") == 1, done.stdout
+    entry = vocabshift.ExtensionRecord.from_dict(json.loads((tmp_path / "out" / "config.json").read_text())[
+        "vocabshift"]).cpt[-1]
+    assert entry["steps"] == 2 and entry["tokens_seen"] == 2 * 2 * 2 * 32  # steps x processes x batch x length
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out", "texts.txt"]

@@ -87,6 +87,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     with scratch_folder() as work:
         trainer = trainer_for(args, model, tokenizer, texts, training_arguments(args, str(work)))
         trainer.train()
+    if not trainer.is_world_process_zero():  # under torchrun or accelerate launch: the main process writes
+        return 0
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     with atomic_folder(args.output_dir) as folder:
         model.save_pretrained(folder)
@@ -101,12 +103,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def training_arguments(args: argparse.Namespace, work: str) -> TrainingArguments:
     """The Trainer's arguments of a `vocabshift train` run (benchmarks/bench_cli_train.py trains with them too)."""
     # the Trainer's bar follows huggingface_hub's switch as vocabshift's do; pinned memory only for a GPU (torch warns
-    # about it on a CPU, where the user of the command cannot turn it off)
+    # about it on a CPU, where the user of the command cannot turn it off); use_cpu where torch sees no accelerator, so
+    # that a launcher's processes (torchrun, accelerate launch) train as one DDP run over gloo, not each alone
     return TrainingArguments(work, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
                              learning_rate=args.learning_rate, lr_scheduler_type=args.lr_scheduler_type,
                              weight_decay=args.weight_decay, seed=args.seed, logging_steps=max(1, args.max_steps // 20),
                              save_strategy="no", report_to=[], disable_tqdm=are_progress_bars_disabled(),
-                             dataloader_pin_memory=torch.cuda.is_available())
+                             dataloader_pin_memory=torch.cuda.is_available(),
+                             use_cpu=torch.accelerator.current_accelerator() is None)
 
 
 def trainer_for(args: argparse.Namespace, model: Model, tokenizer: Tokenizer, texts: list[str], options: Any) -> Any:
