@@ -660,6 +660,8 @@ CLI = {
     "extend unknown method": (["extend", "{extended}", "{extended}", "{root}/out", "--method", "nope"],
                               "Unknown method 'nope'"),
     "extend bad option": (["extend", "{extended}", "{extended}", "{root}/out", "--option", "foo"], "KEY=VALUE"),
+    "extend --option seed=3": (["extend", "{extended}", "{extended}", "{root}/out", "--option", "seed=3"],
+                               "--option seed is no method option but an argument of extend: pass --seed instead."),
     "extend with a helper_model folder that is no model": (
         ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option",
          "helper_model={root}/junk", "--option", "word_vectors={root}/file.txt"], "has no config.json"),

@@ -12,6 +12,7 @@ Python API's parameters (`--pad-to-multiple-of` for `pad_to_multiple_of`):
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import signal
@@ -34,6 +35,7 @@ from .cli_types import NON_NEGATIVE_INT, POSITIVE_INT, branch, repo_id, shard_si
 from .corpus import read_texts
 from .errors import InvalidArgumentError, VocabShiftError
 from .export import OUTTYPES, export_gguf
+from .extend import extend_vocabulary
 from .hub import model_card, push_to_hub
 from .inputs import check_helper_vocabulary
 from .inspection import inspect_folder, record_summary
@@ -137,7 +139,12 @@ def _method_options(args: argparse.Namespace) -> dict[str, Any]:
     """The --option values; `helper_model=PATH` (SALT's helper, which the API takes as a model or its matrix) becomes
     the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it."""
     options = dict(args.option)
+    own = [name for name in inspect.signature(extend_vocabulary).parameters if name != "method_options"]
     for key in options:
+        if key in own:
+            flag = key.upper() if key in ("model", "new_tokenizer") else f"--{key.replace('_', '-')}"
+            raise InvalidArgumentError(f"--option {key} is no method option but an argument of extend: pass {flag} "
+                                       "instead.")
         values = [value for name, value in args.option if name == key]
         if len(values) > 1:
             raise InvalidArgumentError(f"--option {key} is given {len(values)} times ({', '.join(map(repr, values))}):"
