@@ -101,7 +101,8 @@ def find_embeddings(model: Model) -> Embeddings:
 
     Raises:
         `UnsupportedModelError`: without an input embedding matrix, with a head of another shape or one that is not
-            a floating-point matrix (quantized), or with embeddings whose values are not loaded (on the meta device).
+            a floating-point matrix (quantized), with embeddings whose values are not loaded (on the meta device), or
+            with embeddings or a head that a peft adapter wraps.
     """
     inputs, found = _modules(model)
     _check_not_wrapped(model, inputs, found)

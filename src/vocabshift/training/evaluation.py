@@ -156,8 +156,8 @@ def evaluate(
 
     Raises (all before any scoring):
         `InvalidArgumentError`: texts that are not a non-empty list of non-blank strings, only one of
-            `original_model` / `original_tokenizer`, a `context_length` below 2 or beyond the model's positions, a
-            `batch_size` below 1 (`InvalidArgumentTypeError` for wrong types).
+            `original_model` / `original_tokenizer`, `model` itself as `original_model`, a `context_length` below 2 or
+            beyond the model's positions, a `batch_size` below 1 (`InvalidArgumentTypeError` for wrong types).
         `UnsupportedModelError`: a model without an LM head, or with its weights not loaded (meta device).
         `InvalidTokenizerError`, `TokenizerMismatchError`: a tokenizer that is not one, or not the model's (more
             tokens than embedding rows, or not the one `extend_vocabulary` returned).
