@@ -113,8 +113,12 @@ def _file_lines(path: Path, *, name: str = "corpus", stream: bool = False) -> It
     if not path.is_file() and not stream:
         what = "is a pipe or device, which can be read only once" if path.exists() else "is not a file"
         raise CorpusError(f"{name}={str(path)!r} {what}: pass the path of a UTF-8 text file or a list of strings.")
-    source: Path | io.BytesIO = path if path.is_file() else io.BytesIO(_read_stream(path))
-    head = source.getvalue()[:6] if isinstance(source, io.BytesIO) else _head(path)
+    if path.is_file():
+        source: Path | io.BytesIO = path
+        head = _head(path)
+    else:
+        data = _read_stream(path)
+        source, head = io.BytesIO(data), data[:6]
     opener = _opener(head, path, name)
     try:
         with opener(source, "rb") as handle:

@@ -23,7 +23,7 @@ from ._disk import raise_if_out_of_room
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_shard_size
 from .errors import InvalidArgumentTypeError, ModelFolderError, TokenizerMismatchError, UnsupportedModelError
-from .record import find_record
+from .record import ExtensionRecord, find_record
 from .vocab.load import fingerprint
 from .vocab.spm_file import save_sentencepiece
 
@@ -126,9 +126,12 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
                                            "a transformers model and its tokenizer (or tokenizer=None).")
     options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
                                                                                      name="max_shard_size")}
-    _check_not_an_adapter(model)
-    _check_not_swapped(model, tokenizer)
-    _check_not_the_original(model, folder)
+    record = find_record(model)
+    if record is not None:  # an extended model: what its record makes checkable
+        _check_not_an_adapter(model)
+        _check_not_swapped(model, record, tokenizer)
+        # the original model's folder (what distillation, propagation and comparisons read) is never written
+        check_apart(folder, name="folder", source_model=record.source_model)
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:
@@ -139,7 +142,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
 def _check_not_an_adapter(model: Model) -> None:
     """Refuse a peft model around an extended one: its save_pretrained writes the adapter alone, without the
     extended embeddings and the record (the tokenizer saved beside would not fit the base model)."""
-    if type(model).__module__.split(".")[0] == "peft" and find_record(model) is not None:
+    if type(model).__module__.split(".")[0] == "peft":
         raise UnsupportedModelError(
             f"model is a peft {type(model).__name__} around an extended model, and its save_pretrained writes the "
             "adapter alone: the new embedding rows and the vocabshift record would be lost. Merge the adapter first "
@@ -148,17 +151,18 @@ def _check_not_an_adapter(model: Model) -> None:
         )
 
 
-def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
+def _check_not_swapped(model: Model, record: ExtensionRecord, tokenizer: Tokenizer | None) -> None:
     """Refuse the two tokenizers most easily saved by mistake next to an extended model: the one it was extended from
     and the new one given to `extend_vocabulary`; and a tokenizer changed after `extend_vocabulary` whose ids reach
     past the rows (other changes are saved as they are)."""
-    record = find_record(model)
-    if tokenizer is None or record is None or not hasattr(tokenizer, "backend_tokenizer"):
+    if tokenizer is None or not hasattr(tokenizer, "backend_tokenizer"):
         return
     found = fingerprint(tokenizer)
+    if found == record.tokenizer_sha256:  # the one extend_vocabulary returned, which covers every id
+        return
     swapped = {record.source_tokenizer_sha256: "the tokenizer the model was extended from",
                record.new_tokenizer_sha256: "the new tokenizer given to extend_vocabulary"}
-    if found != record.tokenizer_sha256 and found in swapped:
+    if found in swapped:
         raise TokenizerMismatchError(
             f"tokenizer is {swapped[found]}, not the one extend_vocabulary returned (the model's record names its "
             f"fingerprint, {record.tokenizer_sha256[:12]}...): save the tokenizer extend_vocabulary returned, whose "
@@ -166,20 +170,12 @@ def _check_not_swapped(model: Model, tokenizer: Tokenizer | None) -> None:
         )
     rows = model.get_input_embeddings().weight.shape[0]
     beyond = sorted((i, t) for t, i in tokenizer.get_vocab().items() if i >= rows)
-    if found != record.tokenizer_sha256 and beyond:  # changed after extend_vocabulary (which covers every id)
+    if beyond:
         raise TokenizerMismatchError(
             f"tokenizer has {len(beyond)} token(s) beyond the model's {rows} embedding rows ({beyond[0][1]!r} is id "
             f"{beyond[0][0]}), added after extend_vocabulary: the model would fail on them. Add such tokens to the new "
             "tokenizer before extend_vocabulary (it gives them rows), or save the tokenizer it returned."
         )
-
-
-def _check_not_the_original(model: Model, folder: str | os.PathLike) -> None:
-    """Refuse to write into the folder of the original model an extended one was made from (its record's
-    `source_model`), or around it: the original is what distillation, propagation and comparisons read."""
-    record = find_record(model)
-    if record is not None:
-        check_apart(folder, name="folder", source_model=record.source_model)
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
