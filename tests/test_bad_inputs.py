@@ -18,7 +18,7 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models
 from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
 
 import vocabshift
@@ -78,6 +78,10 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
         file.unlink()
+    shutil.copytree(root / "extended", root / "no-tokenizer-json")  # transformers loads it as an empty tokenizer
+    (root / "no-tokenizer-json" / "tokenizer.json").unlink()
+    (root / "tokenizer-config-only").mkdir()
+    shutil.copy(root / "extended" / "tokenizer_config.json", root / "tokenizer-config-only")
     return SimpleNamespace(root=root, source=source, new=new, model=make_model("qwen2-tied", source), ru=ru_lines,
                            extended=extended, extended_tokenizer=extended_tokenizer,
                            unigram=make_tokenizer("unigram", ru_lines[:300], 900))
@@ -104,6 +108,13 @@ def _extend(**kwargs):
         options = _resolved(w, {"source_tokenizer": At(lambda w: w.source), "new": At(lambda w: w.new), **kwargs})
         return w.model.extend_vocabulary(options.pop("new"), **options)
     return call
+
+
+def _specials_only():
+    """A tokenizer of two special tokens and no vocabulary, as a folder that lost its tokenizer.json loads."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.add_special_tokens(["<s>", "</s>"])
+    return tokenizer
 
 
 def _with_a_marker(tokenizer):
@@ -199,6 +210,14 @@ API = {
                                   "Could not load new_tokenizer="),
     "new=empty folder": (_extend(new=At(lambda w: w.root / "empty")), E.TokenizerLoadError, "load new_tokenizer"),
     "new=text file": (_extend(new=At(lambda w: w.root / "file.txt")), E.TokenizerLoadError, "load new_tokenizer"),
+    "new=folder of tokenizer_config.json alone": (_extend(new=At(lambda w: w.root / "tokenizer-config-only")),
+                                                  E.TokenizerLoadError, "(a folder without tokenizer.json): "),
+    "source=model folder without tokenizer.json": (
+        _extend(source_tokenizer=At(lambda w: w.root / "no-tokenizer-json")), E.TokenizerLoadError,
+        "no-tokenizer-json' has no vocabulary: besides its 3 added tokens"),
+    "new=tokenizer of special tokens only": (_extend(new=At(lambda w: _specials_only())), E.TokenizerLoadError,
+                                             "new_tokenizer=a Tokenizer has no vocabulary: besides its 2 added "
+                                             "tokens (</s>, <s>) it holds no token"),
     "a quantized head": (lambda w: torch.ao.quantization.quantize_dynamic(copy.deepcopy(w.model), {torch.nn.Linear})
                          .extend_vocabulary(w.new, source_tokenizer=w.source), E.UnsupportedModelError,
                          "output head is a torch.ao.nn.quantized.dynamic.modules.linear.Linear without a floating"),
@@ -706,6 +725,8 @@ CLI = {
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),
+    "evaluate a model folder without tokenizer.json": (["evaluate", "{root}/no-tokenizer-json", "{root}/file.txt"],
+                                                       "no-tokenizer-json' has no vocabulary: besides its 3 added"),
     "evaluate a folder as texts": (["evaluate", "{extended}", "{root}/junk"], "junk' is a folder: pass a UTF-8"),
     "train on a zip archive": (["train", "{extended}", "{root}/texts.zip", "{root}/out", "--objective", "next_token"],
                                "texts.zip' is a zip archive: decompress it first"),

@@ -36,12 +36,15 @@ def load_tokenizer(value: Any, *, argument: str) -> FastTokenizer:
         `TokenizerLoadError`: if files are missing or corrupted.
     """
     if isinstance(value, Tokenizer):
-        return PreTrainedTokenizerFast(tokenizer_object=value)
-    if isinstance(value, (str, os.PathLike)):
-        return _from_path(value, argument)
-    if not hasattr(value, "backend_tokenizer"):
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=value)
+    elif isinstance(value, (str, os.PathLike)):
+        tokenizer = _from_path(value, argument)
+    elif not hasattr(value, "backend_tokenizer"):
         raise InvalidTokenizerError(f"{argument} is a {type(value).__name__}; pass {_ACCEPTED}.")
-    return value
+    else:
+        tokenizer = value
+    _check_has_vocabulary(tokenizer, value, argument)
+    return tokenizer
 
 
 def _from_path(value: str | os.PathLike, argument: str) -> Any:
@@ -59,13 +62,34 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
             return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))
         tokenizer = AutoTokenizer.from_pretrained(str(value))
     except Exception as error:  # the loaders raise many types; the message is what users need
+        missing = path.is_dir() and not Path(path, "tokenizer.json").is_file()
         raise TokenizerLoadError(
-            f"Could not load {argument}={str(value)!r}: {type(error).__name__}: {error}. "
-            f"Check that it is {_ACCEPTED}, and that its files are complete."
+            f"Could not load {argument}={str(value)!r}{' (a folder without tokenizer.json)' if missing else ''}: "
+            f"{type(error).__name__}: {' '.join(str(error).split()).rstrip('.')}. Check that it is {_ACCEPTED}, "
+            "and that its files are complete."
         ) from error
     if not hasattr(tokenizer, "backend_tokenizer"):
         raise InvalidTokenizerError(f"{argument}={str(value)!r} loads as a slow tokenizer; pass {_ACCEPTED}.")
     return tokenizer
+
+
+def _check_has_vocabulary(tokenizer: Any, value: Any, argument: str) -> None:
+    """Refuse a tokenizer whose every token is an added (special) one: transformers builds such an empty tokenizer
+    from a folder that lost its tokenizer.json, and it encodes any text to nothing."""
+    backend = tokenizer.backend_tokenizer
+    added = {token.content for token in backend.get_added_tokens_decoder().values()}
+    if backend.get_vocab_size(with_added_tokens=False) > len(added):  # the common case, without building the vocab
+        return
+    if set(backend.get_vocab(with_added_tokens=False)) - added:
+        return
+    label = repr(str(value)) if isinstance(value, (str, os.PathLike)) else f"a {type(value).__name__}"
+    raise TokenizerLoadError(
+        f"{argument}={label} has no vocabulary: besides its {len(added)} added tokens "
+        f"({', '.join(sorted(added)[:3])}{' ...' if len(added) > 3 else ''}) it holds no token, so it encodes any "
+        "text to nothing or special tokens. transformers builds such a tokenizer from a folder without tokenizer.json (or the "
+        "vocabulary files of its class): copy the tokenizer's files there, or save it again with "
+        "tokenizer.save_pretrained(folder)."
+    )
 
 
 def fingerprint(tokenizer: FastTokenizer) -> str:
