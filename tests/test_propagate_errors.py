@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 import vocabshift
@@ -208,6 +208,37 @@ def test_a_single_file_beside_an_index_is_read_as_from_pretrained_reads_it(famil
     rows = loaded.get_input_embeddings().weight.shape[0]
     assert torch.equal(result.get_input_embeddings().weight[:rows], loaded.get_input_embeddings().weight)
     assert "model.safetensors.index.json" not in {path.name for path in out.iterdir()}
+
+
+def test_corrupted_generation_config(family, tmp_path):
+    instruct = _copy(family["instruct"], tmp_path)
+    (instruct / "generation_config.json").write_text('{"eos_token_id": ', encoding="utf-8")
+    _refused(tmp_path, errors.ModelFolderError, "generation_config.json' cannot be read \\(JSONDecodeError: .*\\): it "
+             "is corrupted", family["adapted"], family["base"], instruct)
+
+
+def _poison(folder, row, value):
+    """Write `value` into one row of the input embeddings stored in `folder`'s shards."""
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shard = folder / index["weight_map"]["model.embed_tokens.weight"]
+    tensors = load_file(shard)
+    tensors["model.embed_tokens.weight"][row] = value
+    save_file(tensors, shard, metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize(("role", "row", "value", "where"), [
+    ("instruct", 5, float("nan"), "the output"),  # the rows compared for lineage: NaN rows looked "swapped"
+    ("base", 7, float("-inf"), "the output"),
+    ("adapted", -1, float("nan"), "the output's input rows"),  # a new row, as a diverged CPT writes it
+])
+def test_non_finite_rows_are_named(family, tmp_path, role, row, value, where):
+    folders = {name: family[name] for name in ("adapted", "base", "instruct")}
+    folders[role] = _copy(family[role], tmp_path)
+    rows = json.loads((folders[role] / "config.json").read_text())["vocab_size"]
+    _poison(folders[role], row, value)
+    _refused(tmp_path, errors.NonFiniteWeightsError, rf"{role}'s model.embed_tokens.weight rows \[{row % rows}\] "
+             rf"\(1 in all, in .*\) hold NaN or infinite values, which would make {where}", folders["adapted"],
+             folders["base"], folders["instruct"])
 
 
 def test_errors_are_builtin_errors():

@@ -11,8 +11,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from vocabshift.errors import ShardError, UnsupportedModelError
+from vocabshift.errors import NonFiniteWeightsError, ShardError, UnsupportedModelError
 from vocabshift.headers import read_header
+from vocabshift.propagation.checks import refuse_non_finite
+from vocabshift.propagation.fit import FitPairs, fit_map
 from vocabshift.propagation.shards import Matrix, copy_shard, write_shard
 
 
@@ -100,3 +102,19 @@ def test_gather_into_a_reused_buffer(tmp_path):
     buffer = torch.empty(10 * matrix.row_bytes, dtype=torch.uint8)
     for ids in (torch.arange(0, 10), torch.tensor([39, 3, 3, 17]), torch.arange(30, 40)):
         assert torch.equal(matrix.gather(ids, buffer=buffer), tensors["embed.weight"][ids])
+
+
+def test_non_finite_rows_are_found_and_named(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    base, instruct = torch.randn(40, 8, generator=generator), torch.randn(40, 8, generator=generator)
+    base[[3, 31]] = torch.tensor([float("nan"), float("inf")]).repeat_interleave(4).reshape(2, 4).repeat(1, 2)
+    for name, tensor in (("base", base), ("instruct", instruct)):
+        save_file({"embed.weight": tensor.to(torch.bfloat16)}, tmp_path / f"{name}.safetensors")
+    matrices = {name: Matrix(read_header(tmp_path / f"{name}.safetensors"), "embed.weight")
+                for name in ("base", "instruct")}
+    assert matrices["base"].non_finite_rows() == [3, 31] and matrices["instruct"].non_finite_rows() == []
+    with pytest.raises(NonFiniteWeightsError, match=r"base's embed.weight rows \[3, 31\] \(2 in all, in .*base"
+                       r"\.safetensors\) hold NaN or infinite values, which would make the fitted input map W non-"):
+        fit_map("overlap", matrices["base"], matrices["instruct"], FitPairs(torch.arange(40)), side="input")
+    with pytest.raises(NonFiniteWeightsError, match="the output came out non-finite although the rows it comes from"):
+        refuse_non_finite({"instruct": matrices["instruct"]}, found="the output")

@@ -23,7 +23,7 @@ from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
 __all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "missing_config",
-           "read_config", "read_header", "read_index", "read_weight_map"]
+           "read_config", "read_header", "read_index", "read_json_object", "read_weight_map"]
 
 ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8,
              "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64,
@@ -58,15 +58,24 @@ def read_config(folder: Path) -> dict[str, Any]:
     """
     if not (folder / "config.json").is_file():
         raise missing_config(folder, repr(str(folder)))
+    return read_json_object(folder / "config.json")
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A model folder's JSON file that holds an object (config.json, generation_config.json).
+
+    Raises:
+        `ModelFolderError`: it is not valid UTF-8 JSON, or not an object (corrupted).
+    """
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({type(error).__name__}: {error}): "
-                               "it is corrupted; save the model again.") from None
-    if not isinstance(config, dict):
-        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read (a JSON {type(config).__name__}, "
-                               "not an object): it is corrupted; save the model again.")
-    return config
+        raise ModelFolderError(f"{str(path)!r} cannot be read ({type(error).__name__}: {error}): it is corrupted; "
+                               "save the model again.") from None
+    if not isinstance(value, dict):
+        raise ModelFolderError(f"{str(path)!r} cannot be read (a JSON {type(value).__name__}, not an object): it is "
+                               "corrupted; save the model again.")
+    return value
 
 
 def missing_config(folder: Path, named: str) -> ModelFolderError:

@@ -10,13 +10,14 @@ from typing import Any
 import torch
 
 from ..arguments import is_int
-from ..errors import LineageError, ModelFolderError, RecordError, SiblingMismatchError
+from ..errors import LineageError, ModelFolderError, NonFiniteWeightsError, RecordError, SiblingMismatchError
 from ..record import ExtensionRecord
 from ..vocab.load import fingerprint
 from .shards import Matrix
 from .sources import Layout, Source
 
-__all__ = ["Model", "check_config_rows", "check_facts", "check_lineage", "check_siblings", "lineage_fix"]
+__all__ = ["Model", "check_config_rows", "check_facts", "check_lineage", "check_siblings", "lineage_fix",
+           "refuse_non_finite"]
 
 logger = logging.getLogger(__name__)
 _SIBLING_FIX = "pass the instruct model that was fine-tuned from base (same architecture, hidden size and vocabulary)."
@@ -125,3 +126,23 @@ def check_lineage(record: ExtensionRecord, adapted: Model, base: Model) -> None:
     if record.source_model and record.source_model != base.source.name:
         logger.info("adapted's record names %r as its source, base is %r (same tokenizer and rows).",
                     record.source_model, base.source.name)
+
+
+def refuse_non_finite(matrices: dict[str, Matrix | None], *, found: str) -> None:
+    """Name the matrix whose NaN or infinite rows make `found` non-finite (each is read whole, block by block: called
+    only once a value turned out non-finite, so that finite models pay nothing).
+
+    Raises:
+        `NonFiniteWeightsError`: always.
+    """
+    for role, matrix in matrices.items():
+        bad = [] if matrix is None else matrix.non_finite_rows()
+        if matrix is not None and bad:
+            raise NonFiniteWeightsError(
+                f"{role}'s {matrix.key} rows {bad[:5]}{' ...' if len(bad) > 5 else ''} ({len(bad)} in all, in "
+                f"{matrix.path}) hold NaN or infinite values, which would make {found} non-finite. Save or "
+                "download that model again (a diverged training step or a bad conversion may have written them), or "
+                "repair those rows."
+            )
+    raise NonFiniteWeightsError(f"{found} came out non-finite although the rows it comes from are finite (the fitted "
+                                "map overflows): try method='swap'.")

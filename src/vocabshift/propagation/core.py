@@ -83,6 +83,7 @@ def propagate(
         `LineageError`: adapted was not extended from base (per its record, and per its rows of old tokens, which
             must equal base's unless CPT trained them), base and instruct look swapped, or instruct is base.
         `RecordError`: adapted carries no record, or one its folder does not match.
+        `NonFiniteWeightsError`: an input's embedding rows that the output is made from hold NaN or infinite values.
 
     Example:
         ```python

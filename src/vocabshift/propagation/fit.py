@@ -9,6 +9,7 @@ a complete orthogonal factorization (LAPACK gelsy; several times faster than the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from huggingface_hub.utils import tqdm
 
+from .checks import refuse_non_finite
 from .shards import Matrix
 
 __all__ = ["METHODS", "Fit", "FitPairs", "fit_map", "spread_runs"]
@@ -170,6 +172,8 @@ def fit_map(kind: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, side:
     total = sum(-(-count // _step(base.hidden)) for count in (len(pairs.single), len(pairs.groups)))
     for a, b in tqdm(_pair_blocks(base, instruct, pairs), desc=f"Fitting W ({side})", leave=False, total=total):
         (equations.add_norms if kind == "swap" else equations.add)(a, b)
+    if not math.isfinite(equations.target_norm + equations.identity_error):  # NaN or inf in a pair's rows
+        refuse_non_finite({"base": base, "instruct": instruct}, found=f"the fitted {side} map W")
     identity = (equations.identity_error / equations.target_norm) ** 0.5 if equations.target_norm else 0.0
     if kind == "swap":
         return Fit(None, pairs.count, identity, identity)

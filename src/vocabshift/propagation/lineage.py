@@ -19,7 +19,7 @@ from .._record_values import damaged_record
 from ..errors import LineageError
 from ..headers import Header, TensorInfo, read_header
 from ..record import ExtensionRecord
-from .checks import Model, lineage_fix
+from .checks import Model, lineage_fix, refuse_non_finite
 from .fit import spread_runs
 from .shards import same_bytes
 from .sources import Source
@@ -44,6 +44,9 @@ def check_rows(record: ExtensionRecord, adapted: Model, base: Model, instruct: M
     if not len(pairs):
         return
     rows = (adapted.input.gather(pairs[:, 0]), base.input.gather(pairs[:, 1]), instruct.input.gather(pairs[:, 1]))
+    for role, model, block in zip(("adapted", "base", "instruct"), (adapted, base, instruct), rows, strict=True):
+        if not bool(torch.isfinite(block).all()):  # NaN rows compare unequal: blame them, not the lineage
+            refuse_non_finite({role: model.input}, found="the output")
     if bool(_equal_rows(rows[1], rows[2]).all()) and _identical(base, instruct):
         raise LineageError(_same_weights(base.source, instruct.source, "holds the same weights as"))
     trained = [entry.get("rows") for entry in record.cpt if entry.get("rows") != "new"]

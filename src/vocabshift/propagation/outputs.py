@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._typing import Tokenizer
+from ..headers import read_json_object
 from ..record import ExtensionRecord, propagated, store_record
 from ..save import atomic_write_text
 from ..vocab.ids import remap_token_ids
@@ -69,7 +70,7 @@ def write_configs(folder: Path, instruct: Model, record: ExtensionRecord, entry:
     store_record(config, _updated_record(record, entry, tokenizer, rows))
     _write_json(folder / "config.json", config)
     if "generation_config.json" in instruct.source.files:
-        generation = json.loads(instruct.source.file("generation_config.json").read_text(encoding="utf-8"))
+        generation = read_json_object(instruct.source.file("generation_config.json"))
         _remap_ids(generation, mapped)
         _write_json(folder / "generation_config.json", generation)
 

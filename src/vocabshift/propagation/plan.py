@@ -18,6 +18,7 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from ..record import ExtensionRecord
+from .checks import refuse_non_finite
 from .fit import Fit, FitPairs
 from .shards import Matrix
 
@@ -96,6 +97,9 @@ def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, in
         copied = (copy >= 0).nonzero().squeeze(1)
         if len(copied):
             out[copied] = instruct.gather(copy[copied]).float()
+        if not bool(torch.isfinite(out).all()):
+            refuse_non_finite({"adapted": adapted, "base": base, "instruct": instruct},
+                              found=f"the output's {side} rows {start}..{stop - 1}")
         yield out
 
 

@@ -86,6 +86,14 @@ class Matrix:
         """Rows `[start, stop)` in the stored dtype (`buffer` as for `gather`)."""
         return self.gather(torch.arange(start, stop), buffer=buffer)
 
+    def non_finite_rows(self) -> list[int]:
+        """The ids of the rows holding NaN or infinite values, read in blocks of about 32 MB."""
+        step = max(1, 32 * 2**20 // self.row_bytes)
+        buffer = torch.empty(step * self.row_bytes, dtype=torch.uint8)
+        bad = [start + (~torch.isfinite(self.read(start, min(start + step, self.rows), buffer=buffer)).all(dim=1))
+               .nonzero().flatten() for start in range(0, self.rows, step)]
+        return torch.cat(bad).tolist() if bad else []
+
 
 def read_vector(header: Header, key: str) -> torch.Tensor:
     """A 1-D floating-point tensor of a shard (a head bias: one value per row), read whole.

@@ -86,9 +86,9 @@ def _check_has_vocabulary(tokenizer: Any, value: Any, argument: str) -> None:
     raise TokenizerLoadError(
         f"{argument}={label} has no vocabulary: besides its {len(added)} added tokens "
         f"({', '.join(sorted(added)[:3])}{' ...' if len(added) > 3 else ''}) it holds no token, so it encodes any "
-        "text to nothing or special tokens. transformers builds such a tokenizer from a folder without tokenizer.json (or the "
-        "vocabulary files of its class): copy the tokenizer's files there, or save it again with "
-        "tokenizer.save_pretrained(folder)."
+        "text to nothing or special tokens. transformers builds such a tokenizer from a folder without "
+        "tokenizer.json (or the vocabulary files of its class): copy the tokenizer's files there, or save it again "
+        "with tokenizer.save_pretrained(folder)."
     )
 
 
