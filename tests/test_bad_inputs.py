@@ -42,6 +42,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     root = tmp_path_factory.mktemp("bad-inputs")
     (root / "file.txt").write_text("not a model\n", encoding="utf-8")
     (root / "empty.txt").write_text("\n \n", encoding="utf-8")
+    (root / "ru.txt").write_text("\n".join(ru_lines[:100]) + "\n", encoding="utf-8")
     (root / "junk").mkdir()
     (root / "junk" / "notes.txt").write_text("unrelated data\n", encoding="utf-8")
     (root / "broken-json").mkdir()
@@ -727,6 +728,10 @@ CLI = {
                                           "no local folder"),
     "evaluate a model folder without tokenizer.json": (["evaluate", "{root}/no-tokenizer-json", "{root}/file.txt"],
                                                        "no-tokenizer-json' has no vocabulary: besides its 3 added"),
+    "train at a learning rate that diverges": (["train", "{extended}", "{root}/ru.txt", "{root}/out", "--objective",
+                                                "next_token", "--max-steps", "3", "--learning-rate", "1e30",
+                                                "--batch-size", "2", "--context-length", "32"],
+                                               "Training diverged at step 2: "),
     "evaluate a folder as texts": (["evaluate", "{extended}", "{root}/junk"], "junk' is a folder: pass a UTF-8"),
     "train on a zip archive": (["train", "{extended}", "{root}/texts.zip", "{root}/out", "--objective", "next_token"],
                                "texts.zip' is a zip archive: decompress it first"),

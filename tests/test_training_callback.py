@@ -231,6 +231,23 @@ def test_refuses_a_second_train_on_the_same_trainer(tokenizers_en, tokenizers_ru
         trainer.train()
 
 
+@pytest.mark.parametrize("rows", ["new", "all"])
+def test_stops_a_diverged_run_before_it_is_saved(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, rows):
+    """A learning rate far too high makes the trained rows NaN at step 2; the Trainer's logs hide NaN losses, so the
+    run would end, and save, with unusable rows. It stops at that step, before the step's checkpoint."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    args = arguments(tmp_path, learning_rate=1e30, save_strategy="steps", save_steps=1)
+    trainer = Trainer(model=model, args=args, train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback(rows=rows)])
+    with pytest.raises(vocabshift.errors.TrainingDivergedError, match="Training diverged at step 2: [0-9]+ trained "
+                       "rows hold NaN or infinite values .* a checkpoint saved before step 2.* lower learning_rate "
+                       "than 1e\\+30"):
+        trainer.train()
+    assert sorted(path.name for path in tmp_path.glob("checkpoint-*")) == ["checkpoint-1"]
+    assert "trainable_rows" not in str(dict(model.named_parameters()).keys())  # folded back into the model
+    assert not torch.isfinite(model.get_input_embeddings().weight).all()
+
+
 def test_trainable_ids(tokenizers_en, tokenizers_ru, tmp_path):
     model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     callback = vocabshift.EmbeddingOnlyCallback()

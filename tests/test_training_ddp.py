@@ -84,21 +84,36 @@ def test_ddp_gradients_are_the_mean_over_the_global_batch(ddp_run):
         assert_same_reduction([ran["after_sgd"][n] for n in after], list(after.values()), "after one SGD step")
 
 
-def test_the_cli_under_torchrun_trains_one_run_and_writes_once(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
-    """`torchrun -m vocabshift train` on a machine without accelerator: one DDP run over gloo (each process takes
-    half of each global batch), one result line, one output folder written by the main process."""
+def _train_under_torchrun(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, *options):
     model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
     vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "in")
     (tmp_path / "texts.txt").write_text("\n".join(ru_lines[:64]) + "\n", encoding="utf-8")
     torchrun = Path(sys.executable).with_name("torchrun")
-    done = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "vocabshift", "train",
-                           str(tmp_path / "in"), str(tmp_path / "texts.txt"), str(tmp_path / "out"), "--max-steps",
-                           "2", "--batch-size", "2", "--context-length", "32", "--objective", "next_token"],
+    return subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "vocabshift", "train",
+                           str(tmp_path / "in"), str(tmp_path / "texts.txt"), str(tmp_path / "out"), "--batch-size",
+                           "2", "--context-length", "32", "--objective", "next_token", *options],
                           env={**ENV, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}, capture_output=True, text=True,
                           timeout=300)
+
+
+def test_the_cli_under_torchrun_trains_one_run_and_writes_once(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """`torchrun -m vocabshift train` on a machine without accelerator: one DDP run over gloo (each process takes
+    half of each global batch), one result line, one output folder written by the main process."""
+    done = _train_under_torchrun(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, "--max-steps", "2")
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.count(f"{tmp_path / 'out'}: 2 embedding-only steps") == 1, done.stdout
     entry = vocabshift.ExtensionRecord.from_dict(json.loads((tmp_path / "out" / "config.json").read_text())[
         "vocabshift"]).cpt[-1]
     assert entry["steps"] == 2 and entry["tokens_seen"] == 2 * 2 * 2 * 32  # steps x processes x batch x length
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out", "texts.txt"]
+
+
+def test_a_diverged_run_under_torchrun_stops_every_process_at_one_step(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                         tmp_path):
+    """Every process finds the divergence at the same step (the check is summed over them: a process that went on
+    alone would wait forever in the next collective), and nothing is written."""
+    done = _train_under_torchrun(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, "--max-steps", "4",
+                                 "--learning-rate", "1e30")
+    assert done.returncode != 0 and "Training diverged at step 2: " in done.stderr, done.stderr[-4000:]
+    assert "Traceback" not in done.stderr.split("Training diverged")[0], done.stderr[-4000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "texts.txt"]

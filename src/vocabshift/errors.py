@@ -29,6 +29,7 @@ __all__ = [
     "SiblingMismatchError",
     "TokenizerLoadError",
     "TokenizerMismatchError",
+    "TrainingDivergedError",
     "TrainingSetupError",
     "UnknownMethodError",
     "UnknownPreTokenizerError",
@@ -112,6 +113,10 @@ class ModelFolderError(VocabShiftError, FileNotFoundError):
 
 class UnsafeWeightsError(VocabShiftError, ValueError):
     """A folder to publish holds pickle files (.bin, .pt, .pth, .ckpt, .pkl): vocabshift pushes safetensors only."""
+
+
+class TrainingDivergedError(VocabShiftError, FloatingPointError):
+    """Training turned the weights it trains NaN or infinite (a learning rate too high for the run, an overflow)."""
 
 
 class TrainingSetupError(VocabShiftError, RuntimeError):

@@ -17,9 +17,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from ..._typing import Model
 from ...arguments import check_rate
-from ...errors import InvalidArgumentError, TrainingSetupError
+from ...errors import InvalidArgumentError, TrainingDivergedError, TrainingSetupError
 from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
+from ._finite import check_finite
 from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
 from ._run import Run, checkpoint_folder, next_token
@@ -72,6 +73,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
             (`optimizers=(...)`, or the callback added after the Trainer was built), an unsupported DeepSpeed/FSDP
             setup, or a resume from a checkpoint saved with other trainable rows (each checkpoint records its rows
             in `vocabshift_training.json`; checked before the first step).
+        `TrainingDivergedError`: a step left a trained value NaN or infinite (checked after every step, before it
+            is logged or saved).
 
     Example:
         ```python
@@ -200,6 +203,12 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> None:
+        """Stop a diverged run (`TrainingDivergedError`, the rows folded back) before it is logged or saved."""
+        try:
+            check_finite(self._trainable(), args, state.global_step)
+        except TrainingDivergedError:
+            self._close()
+            raise
         self._maybe_open_gate(state)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -245,6 +254,11 @@ class EmbeddingOnlyCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: Model | None = None, **kwargs: Any) -> None:
         """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record."""
+        self._close()
+        if not add_cpt_entry(self._model, self._entry(args, state)):
+            logger.info("The model carries no vocabshift record: the CPT history is not stored.")
+
+    def _close(self) -> None:
         run = self._started()
         run.rows.fold()
         if run.gate is not None:
@@ -252,8 +266,6 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if run.tuner is not None:
             merge_lora(run.tuner)
             run.tuner = None
-        if not add_cpt_entry(self._model, self._entry(args, state)):
-            logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         run = self._started()

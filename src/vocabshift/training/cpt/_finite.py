@@ -1,0 +1,48 @@
+"""Stop a run whose trained weights turned NaN or infinite, before the Trainer logs, saves or returns them.
+
+A learning rate too high for the run (or an overflow in half precision) writes NaN or infinite values into the rows
+that train; the Trainer's logs hide NaN losses (`logging_nan_inf_filter`), so the run would end with a model whose
+new rows are unusable, and say nothing. One sum over the trained parameters per step tells (NaN and infinity
+survive a sum), summed over the processes of a distributed run so that all of them stop at the same step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers import TrainingArguments
+
+from ...errors import TrainingDivergedError
+
+__all__ = ["check_finite"]
+
+
+def check_finite(parameters: list[torch.nn.Parameter], args: TrainingArguments, step: int) -> None:
+    """Refuse to go on once a trained value is NaN or infinite.
+
+    Raises:
+        `TrainingDivergedError`: naming the step, how many rows hold such values and the fixes.
+    """
+    local = [_local(parameter) for parameter in parameters]
+    total = torch.zeros((), dtype=torch.float32, device=args.device)
+    for tensor in local:
+        total += tensor.sum(dtype=torch.float32).to(total.device)
+    if args.world_size > 1:
+        torch.distributed.all_reduce(total)
+    if math.isfinite(float(total)):
+        return
+    rows = sum(int((~torch.isfinite(t)).reshape(len(t), -1).any(dim=1).sum()) for t in local if t.dim() and len(t))
+    where = f" ({rows} in process {torch.distributed.get_rank()}'s shards)" if args.world_size > 1 else ""
+    raise TrainingDivergedError(
+        f"Training diverged at step {step}: {rows if not where else 'some'} trained rows{where} hold NaN or infinite "
+        f"values after its optimizer step, so the trained weights are lost. Start again from "
+        f"the model (or a checkpoint saved before step {step}) with a lower learning_rate than "
+        f"{args.learning_rate:g}, or with warmup_steps or max_grad_norm."
+    )
+
+
+def _local(parameter: torch.nn.Parameter) -> torch.Tensor:
+    """This process's values (its shard of a parameter FSDP2 shards)."""
+    data = parameter.detach()
+    return data.to_local() if hasattr(data, "to_local") else data
