@@ -781,6 +781,10 @@ CLI = {
 
 # Hub ids when the Hub does not answer: (argv, environment, what stderr must say).
 WITHOUT_HUB = {
+    **{f"{words[0]} under a launcher": (words, {"WORLD_SIZE": "2"}, f"vocabshift {words[0]} runs in one process, and "
+                                        "this one was started by a launcher with WORLD_SIZE=2")
+       for words in (["probe", "{extended}", "{extended}", "{root}/ru.txt", "--methods", "mean"],
+                     ["push", "{extended}", "me/x"], ["extend", "{extended}", "{extended}", "{root}/out"])},
     "push to a Hub that does not answer": (["push", "{extended}", "me/x"],
                                            {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused"},
                                            "the Hub at http://127.0.0.1:9 could not be reached (ConnectError"),

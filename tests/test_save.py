@@ -240,3 +240,25 @@ def test_the_cli_stopped_by_sigterm_leaves_nothing_behind(tmp_path, tokenizers_e
         child.kill()
     assert child.returncode == 128 + signal.SIGTERM and "interrupted: nothing half-written is left" in err, err
     assert siblings(out) == ["base", "marker", "new"] and not out.exists()
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    """Each writer (process, or call) writes its own temporary sibling: two writers of probe.md once renamed the
+    same `.probe.md.partial`, and the second rename failed (FileNotFoundError)."""
+    target = tmp_path / "probe.md"
+    with vocabshift.save.atomic_file(target) as first, vocabshift.save.atomic_file(target) as second:
+        assert first != second and first.parent == second.parent == tmp_path
+        first.write_text("one")
+        second.write_text("two")
+    assert target.read_text() == "one" and sorted(p.name for p in tmp_path.iterdir()) == ["probe.md"]
+
+
+def test_a_temporary_file_of_a_killed_process_goes_with_the_next_write(tmp_path):
+    target = tmp_path / "model.gguf"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f".model.gguf.vocabshift-part-{int(gone.stdout)}-0a1b2c3d"
+    alive = tmp_path / f".model.gguf.vocabshift-part-{os.getppid()}-0a1b2c3d"  # another process's write in progress
+    dead.write_bytes(b"half a file")
+    alive.write_bytes(b"being written")
+    vocabshift.save.atomic_write_text(target, "done")
+    assert target.read_text() == "done" and not dead.exists() and alive.exists()

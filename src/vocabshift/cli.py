@@ -15,6 +15,7 @@ import argparse
 import inspect
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -313,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Run the command; expected errors, an unreachable Hub and interruptions become a message and an exit code."""
     try:
+        _check_one_process(args.command)
         return args.run(args)
     except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
         print(f"error: {_refused_token(error) or error}", file=sys.stderr)
@@ -325,6 +327,16 @@ def _run(args: argparse.Namespace) -> int:
         print("interrupted: nothing half-written is left (outputs are written to temporary siblings and renamed into "
               "place when complete)", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(stop, _Terminated) else 130
+
+
+def _check_one_process(command: str) -> None:
+    """Only `train` runs across the processes of a launcher (torchrun, accelerate launch): every other command would
+    run once per process, each writing the same output (or pushing the same commit)."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if command != "train" and world.isdigit() and int(world) > 1:
+        raise InvalidArgumentError(f"vocabshift {command} runs in one process, and this one was started by a launcher "
+                                   f"with WORLD_SIZE={world}: run it without torchrun or accelerate launch (only "
+                                   "vocabshift train trains across processes).")
 
 
 class _Terminated(KeyboardInterrupt):

@@ -13,6 +13,7 @@ import ctypes
 import errno
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -66,10 +67,12 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of the file `path` (`.NAME.partial`) to write; on success it replaces `path` in one
-    rename, on an exception it is deleted and `path` is untouched (`OutputWriteError` where it ran out of room)."""
+    """Yield a temporary sibling of the file `path` to write, named for this process (two writers of one file never
+    share it); on success it replaces `path` in one rename, on an exception it is deleted and `path` is untouched
+    (`OutputWriteError` where it ran out of room). Siblings left by killed processes go with the next call."""
     target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)  # write where a link points
-    partial = target.with_name(f".{target.name}.partial")
+    _remove_leftovers(target)
+    partial = target.with_name(_TEMP.format(name=target.name, kind="part", pid=os.getpid()) + secrets.token_hex(4))
     try:
         yield partial
         os.replace(partial, target)
@@ -209,8 +212,9 @@ def _check_replaceable(target: Path) -> None:
 
 
 def _remove_leftovers(target: Path) -> None:
-    """Delete temporary siblings of `target` whose process is gone (killed mid-write)."""
-    for kind in ("tmp", "old"):
+    """Delete temporary siblings of `target` (folders, or a file's `part`) whose process is gone (killed
+    mid-write)."""
+    for kind in ("tmp", "old", "part"):
         for path in target.parent.glob(_TEMP.format(name=target.name, kind=kind, pid="*") + "*"):
             pid = path.name[len(f".{target.name}.vocabshift-{kind}-"):].split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
@@ -218,7 +222,10 @@ def _remove_leftovers(target: Path) -> None:
                 if kind == "old" and previous.is_dir() and not target.exists():  # killed between the two renames
                     os.rename(previous, target)
                 logger.info("Removing %s, left by an interrupted save.", path)
-                shutil.rmtree(path, ignore_errors=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
