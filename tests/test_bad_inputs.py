@@ -125,6 +125,13 @@ def _with_a_marker(tokenizer):
     return tokenizer
 
 
+def _resized(model, rows):
+    """A copy of `model` resized to `rows` rows, as `resize_token_embeddings` after `extend_vocabulary` leaves it."""
+    model = copy.deepcopy(model)
+    model.resize_token_embeddings(rows, mean_resizing=False)
+    return model
+
+
 def _wrapped_by_peft(**config):
     def call(w):
         model = get_peft_model(copy.deepcopy(w.model), LoraConfig(r=2, **config))
@@ -528,6 +535,11 @@ API = {
         lambda w: vocabshift.save_pretrained_atomic(get_peft_model(copy.deepcopy(w.extended), LoraConfig(
             r=2, target_modules=["q_proj"])), w.extended_tokenizer, w.root / "out-12"), E.UnsupportedModelError,
         "model is a peft PeftModel around an extended model, and its save_pretrained writes the adapter alone"),
+    "save after resize_token_embeddings deleted new rows": (
+        lambda w: vocabshift.save_pretrained_atomic(_resized(w.extended, len(w.source)), w.extended_tokenizer,
+                                                    w.root / "out-14"),
+        E.TokenizerMismatchError, "model has 700 embedding rows but extend_vocabulary gave it 1408 (its record says "
+        "so): a resize after it deleted the rows of 708 tokens of the extended vocabulary"),
     "save a tokenizer given a token after extend_vocabulary": (
         lambda w: vocabshift.save_pretrained_atomic(w.extended, _with_a_marker(w.extended_tokenizer),
                                                     w.root / "out-13"),

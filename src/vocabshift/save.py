@@ -113,7 +113,8 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
             file.
         `UnsupportedModelError`: a peft model around an extended one (it would save the adapter alone).
         `TokenizerMismatchError`: for a model that carries an ExtensionRecord, the tokenizer it was extended from or
-            the new one given to `extend_vocabulary`, in place of the one that call returned.
+            the new one given to `extend_vocabulary`, in place of the one that call returned; or a model shrunk
+            after that call (`resize_token_embeddings`), which lost rows of the extended vocabulary.
         `InvalidArgumentError`: `folder` is, holds or lies in the original model's folder (the record's
             `source_model`).
 
@@ -132,6 +133,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
     record = find_record(model)
     if record is not None:  # an extended model: what its record makes checkable
         _check_not_an_adapter(model)
+        _check_rows(model, record)
         _check_not_swapped(model, record, tokenizer)
         # the original model's folder (what distillation, propagation and comparisons read) is never written
         check_apart(folder, name="folder", source_model=record.source_model)
@@ -151,6 +153,21 @@ def _check_not_an_adapter(model: Model) -> None:
             "adapter alone: the new embedding rows and the vocabshift record would be lost. Merge the adapter first "
             "(model = model.merge_and_unload()), then save; save the adapter apart with model.save_pretrained(...) "
             "before merging if you need it."
+        )
+
+
+def _check_rows(model: Model, record: ExtensionRecord) -> None:
+    """Refuse a model shrunk after `extend_vocabulary` (`resize_token_embeddings`): it lost rows of the extended
+    vocabulary, which its tokenizer reaches past. (Rows added after it, for tokens added to the tokenizer, are
+    saved as they are.)"""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if rows < record.new_vocab_size:
+        raise TokenizerMismatchError(
+            f"model has {rows} embedding rows but extend_vocabulary gave it {record.new_num_rows} (its record says "
+            f"so): a resize after it deleted the rows of {record.new_vocab_size - rows} tokens of the extended "
+            "vocabulary, and what they learned. Extend the original model again"
+            f"{f' ({record.source_model})' if record.source_model else ''}; to pad the rows, pass pad_to_multiple_of "
+            "to extend_vocabulary."
         )
 
 
