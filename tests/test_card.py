@@ -94,6 +94,23 @@ def test_card_of_an_extension_inherits_the_local_base_license(tmp_path, monkeypa
     assert data.pipeline_tag == "text-generation" and data.base_model is None
 
 
+def test_card_of_a_model_extended_twice_names_the_first_base(tmp_path, loopback_hub):
+    """The record of a second extension names the first extension's output as its source; the card's base model
+    (and the license and languages read from its card) is the model the first extension started from."""
+    api = HfApi()
+    api.create_repo("org/base-7b")
+    api.upload_file(path_or_fileobj=BASE_README.encode(), path_in_repo="README.md", repo_id="org/base-7b")
+    first = make_record(source_model="org/base-7b", cpt=[{"rows": "new", "steps": 200}])
+    first_data = {key: value for key, value in first.to_dict().items() if key != "earlier"}
+    record = make_record(source_model=str(tmp_path / "base-7b-ru"), method="mean", earlier=[first_data])
+    card = vocabshift.model_card(write_folder(tmp_path / "base-7b-ru-uk", record))
+    assert (card.data.base_model, card.data.license, card.data.language) == ("org/base-7b", "apache-2.0", ["en"])
+    assert f"base-7b-ru-uk is `{tmp_path / 'base-7b-ru'}` with a new vocabulary" in card.text
+    assert ("Its vocabulary was extended 2 times, each extension (method in parentheses) starting\nfrom the model "
+            f"before it: [org/base-7b](https://huggingface.co/org/base-7b) (`subword`) → `{tmp_path / 'base-7b-ru'}` "
+            "(`mean`) → **this model**.") in card.text
+
+
 def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_hub):
     api = HfApi()
     api.create_repo("org/base-7b")

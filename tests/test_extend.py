@@ -178,8 +178,18 @@ def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru,
     model = make_model("qwen2-tied", source)
     first = model.extend_vocabulary(new, source_tokenizer=source)
     more = vocabshift.train_tokenizer(ru_lines, like=first, vocab_size=1600)
+    vocabshift.record.add_cpt_entry(model, {"rows": "new", "steps": 3})
+    earlier = {key: value for key, value in vocabshift.get_record(model).to_dict().items() if key != "earlier"}
     second = model.extend_vocabulary(more, source_tokenizer=first)
-    assert len(second) > len(first) and vocabshift.get_record(model).old_vocab_size == len(first)
+    record = vocabshift.get_record(model)
+    assert len(second) > len(first) and record.old_vocab_size == len(first)
+    assert record.earlier == [earlier] and record.earlier[0]["cpt"] == [{"rows": "new", "steps": 3}]  # kept
+    assert record.cpt == [] and record.original_source_model == earlier["source_model"]
+    again = model.extend_vocabulary(vocabshift.train_tokenizer(ru_lines, like=second, vocab_size=2000),
+                                    source_tokenizer=second)
+    third = vocabshift.get_record(model)
+    assert len(again) > len(second) and third.earlier == [earlier, {key: value for key, value in
+                                                                      record.to_dict().items() if key != "earlier"}]
 
 
 def test_record_describes_the_extension(tokenizers_en, tokenizers_ru):

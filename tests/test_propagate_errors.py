@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 import vocabshift
 from conftest import SMALL, make_model
@@ -122,6 +122,17 @@ def test_adapted_not_made_from_base(family, tokenizers_ru, tmp_path):
     # base and instruct swapped: same tokenizer, but the record says CPT froze the old rows, and they differ
     _refused(tmp_path, errors.LineageError, "adapted's rows of old tokens differ from base's and equal instruct's.*"
              "base and instruct look swapped", family["adapted"], family["instruct"], family["base"])
+
+
+def test_a_model_extended_twice_is_propagated_one_extension_at_a_time(family, ru_lines, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(family["adapted"])
+    first = AutoTokenizer.from_pretrained(family["adapted"])
+    more = vocabshift.train_tokenizer(ru_lines, like=first, vocab_size=len(first) + 300)
+    twice = tmp_path / "twice"
+    vocabshift.save_pretrained_atomic(model, model.extend_vocabulary(more, source_tokenizer=first), twice)
+    _refused(tmp_path, errors.LineageError, f"adapted was extended 2 times, first from '{family['base']}', and its "
+             "record describes the last extension \\(its record names '.*adapted'\\): propagate one extension at a "
+             "time", twice, family["base"], family["instruct"])
 
 
 def _shards(folder):

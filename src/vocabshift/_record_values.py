@@ -71,6 +71,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "propagation": _HISTORY,
     "evaluations": _HISTORY,
     "vocabshift_version": _TEXT,
+    "earlier": _HISTORY,
 }
 
 

@@ -32,7 +32,7 @@ from .errors import (
 from .inputs import resolve_inputs
 from .methods import InitContext, InitResult
 from .packing import id_ranges, pack_ids
-from .record import ExtensionRecord, extend_command, set_record
+from .record import ExtensionRecord, earlier_records, extend_command, set_record
 from .registry import build_config, get_method
 from .vocab.align import Alignment, align
 from .vocab.ids import remap_token_ids
@@ -293,6 +293,7 @@ def _record(model: Model, call: _Call, config: Any, embeddings: Embeddings, toke
                                target_texts=call.target_texts,
                                keep_source_segmentation=call.keep_source_segmentation),
         vocabshift_version=__version__,
+        earlier=earlier_records(model),
     )
 
 

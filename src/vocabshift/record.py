@@ -31,6 +31,7 @@ __all__ = [
     "ExtensionRecord",
     "add_cpt_entry",
     "add_evaluation",
+    "earlier_records",
     "extend_command",
     "find_record",
     "get_record",
@@ -81,6 +82,9 @@ class ExtensionRecord:
             `command`, where a command ran, is its words as `command` is (earlier records kept propagation's as one
             shell string: it is read as its words).
         evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`).
+        earlier (`list[dict]`): for a model extended more than once, the records of the earlier extensions, oldest
+            first, as they were (each with its own `cpt`, `evaluations` and `source_model`); this record describes
+            the last extension.
     """
 
     method: str
@@ -111,9 +115,16 @@ class ExtensionRecord:
     propagation: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     vocabshift_version: str = ""
+    earlier: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cpt, self.propagation = _argv_commands(self.cpt), _argv_commands(self.propagation)
+
+    @property
+    def original_source_model(self) -> str:
+        """The model the first extension started from (`source_model` when there was only one)."""
+        first = self.earlier[0].get("source_model") if self.earlier else None
+        return first if isinstance(first, str) else self.source_model
 
     @property
     def new_ids(self) -> list[int]:
@@ -217,6 +228,17 @@ def new_ids_of(source: Any, device: torch.device | str = "cpu") -> torch.Tensor 
     """The ids `extend_vocabulary` initialized (a sorted int64 tensor on `device`), None without a record."""
     record = find_record(source)
     return None if record is None else torch.tensor(record.new_ids, dtype=torch.long, device=device)
+
+
+def earlier_records(model: Any) -> list[dict[str, Any]]:
+    """The `earlier` list of a record made for `model` now: its current record (if any, as stored, damaged or not)
+    appended to that record's own `earlier`."""
+    data = _data(model)
+    if not isinstance(data, dict):
+        return []
+    previous = data.get("earlier")
+    kept = [dict(entry) for entry in previous if isinstance(entry, dict)] if isinstance(previous, list) else []
+    return [*kept, copy.deepcopy({key: value for key, value in data.items() if key != "earlier"})]
 
 
 def set_record(model: Any, record: ExtensionRecord) -> None:

@@ -84,6 +84,14 @@ def _lineage(record: ExtensionRecord) -> list[str]:
     return chains
 
 
+def _extensions(record: ExtensionRecord) -> str | None:
+    """For a model extended more than once: the chain of models each extension started from."""
+    if not record.earlier:
+        return None
+    steps = [f"{_link(entry.get('source_model') or 'a model')} (`{entry.get('method')}`)" for entry in record.earlier]
+    return " → ".join([*steps, f"{_link(record.source_model or 'a model')} (`{record.method}`)", "**this model**"])
+
+
 def _extend_lines(record: ExtensionRecord, output: str) -> list[str]:
     """The record's `vocabshift extend` command, one flag per line (`output` for a call made from Python, whose
     output folder the record cannot know)."""
@@ -150,6 +158,8 @@ def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str |
     """Template variables of the card's body."""
     method = _method(record)
     base = base_model[0] if isinstance(base_model, list) else base_model
+    if record.earlier:  # the first sentence tells the last extension; the chain follows
+        base = record.source_model
     return {
         "title": title,
         "base_link": _link(base or record.source_model) if base or record.source_model else None,
@@ -163,6 +173,7 @@ def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str |
         "cpt": [t.markdown() for t in tables(_shell_commands(record.cpt))],
         "plots": list(plots),
         "lineage": _lineage(record),
+        "extensions": _extensions(record),
         "propagation": [t.markdown() for t in tables(_shell_commands(record.propagation))],
         "lep_url": LEP_URL,
         "repo_id": repo_id,

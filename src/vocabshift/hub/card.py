@@ -128,13 +128,13 @@ def _default_base(record: ExtensionRecord) -> str | list[str] | None:
     found = [parent for parent in parents if parent is not None]
     if len(found) == len(parents):
         return found
-    return hub_id(record.source_model)
+    return hub_id(record.original_source_model)
 
 
 def _metadata(record: ExtensionRecord, config: dict[str, Any], base: str | list[str] | None,
               language: str | Sequence[str] | None, license: str | None,
               datasets: Sequence[str] | None) -> ModelCardData:
-    inherited = _base_metadata(record.source_model, base)
+    inherited = _base_metadata(record.original_source_model, base)
     languages = list(dict.fromkeys(_strings(language) + _strings(inherited.get("language"))))
     license = license or inherited.get("license")
     extra = {k: inherited[k] for k in ("license_name", "license_link") if license == "other" and k in inherited}

@@ -81,9 +81,14 @@ def _same_facts(one: Model, other: Model, error: type[Exception], names: str, fi
 
 
 def lineage_fix(record: ExtensionRecord) -> str:
-    """How to fix a lineage error: the source model the record names."""
+    """How to fix a lineage error: the source model the record names; for a model extended more than once, one
+    propagation per extension."""
     named = f"its record names {record.source_model!r}" if record.source_model else "its record names no source model"
-    return f"pass as base the model adapted was extended from ({named})."
+    if not record.earlier:
+        return f"pass as base the model adapted was extended from ({named})."
+    return (f"adapted was extended {len(record.earlier) + 1} times, first from {record.original_source_model!r}, and "
+            f"its record describes the last extension ({named}): propagate one extension at a time, each with the "
+            "previous output as instruct (the first: the model of the first extension, its base and instruct).")
 
 
 def check_siblings(base: Model, instruct: Model) -> None:
