@@ -23,7 +23,14 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from safetensors import safe_open
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 import vocabshift
 from conftest import ROOT, read_lines
@@ -130,6 +137,18 @@ def test_extended_model_converts_with_its_original_pre_tokenizer(family, convert
     assert found["tokenizer.ggml.merges"] == hf_merges(adapted)
     assert digest(adapted) == before and sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
         "adapted.gguf", "original.gguf"]
+
+
+def test_a_model_extended_twice_converts_with_the_first_original_pre_tokenizer(converter, smollm2_folders, tmp_path):
+    """The second extension's source tokenizer is the first's output, which llama.cpp does not know: the tokenizer
+    the first extension started from names the pre-tokenizer."""
+    model = AutoModelForCausalLM.from_pretrained(smollm2_folders[1])
+    first = AutoTokenizer.from_pretrained(smollm2_folders[1])
+    more = vocabshift.train_tokenizer(read_lines("ru", 1500, skip=1500), like=first, vocab_size=len(first) + 400)
+    vocabshift.save_pretrained_atomic(model, model.extend_vocabulary(more, source_tokenizer=first), tmp_path / "twice")
+    vocabshift.export_gguf(tmp_path / "twice", tmp_path / "twice.gguf", vocab_only=True)
+    found = metadata(tmp_path / "twice.gguf")
+    assert found["tokenizer.ggml.pre"] == "smollm" and found["tokenizer.ggml.tokens"] == hf_tokens(tmp_path / "twice")
 
 
 def test_the_converter_alone_refuses_the_adapted_folder(converter, smollm2_folders, tmp_path):

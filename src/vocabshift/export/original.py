@@ -4,9 +4,10 @@ llama.cpp's converter names a byte-level BPE pre-tokenizer by hashing the ids a 
 merges change those ids, so an adapted tokenizer is not recognized, although extend mode keeps the pre-tokenizer
 as it was. The original tokenizer is recognized. In extend mode it is rebuilt from the adapted one, which keeps the
 old ids and merges first: the first `old_vocab_size` ids, and the merges before the first that builds a new token.
-Otherwise it is the `source_tokenizer` given. Either way it must have the fingerprint the ExtensionRecord keeps,
-and the same normalizer, pre-tokenizer and model options as the adapted tokenizer, or the name llama.cpp gives it
-would not describe the adapted one.
+Otherwise it is the `source_tokenizer` given. For a model extended more than once, it is the tokenizer the first
+extension started from (the later ones are adapted tokenizers). Either way it must have the fingerprint the
+ExtensionRecord keeps, and the same normalizer, pre-tokenizer and model options as the adapted tokenizer, or the
+name llama.cpp gives it would not describe the adapted one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +45,46 @@ def original_tokenizer(folder: Path, record: ExtensionRecord, destination: Path,
         `UnknownPreTokenizerError`: the adapted tokenizer does not cut text as the original does.
     """
     adapted = backend_state(load_tokenizer(folder, argument="model_dir"))
+    first = _first_source(record)
     if source_tokenizer is not None:
         original = load_tokenizer(source_tokenizer, argument="source_tokenizer")
-        _check_fingerprint(original, record, f"source_tokenizer={os.fspath(source_tokenizer)!r}",
+        _check_fingerprint(original, first, f"source_tokenizer={os.fspath(source_tokenizer)!r}",
                            "pass the tokenizer of the model this folder was made from")
         _check_pipeline(backend_state(original), adapted, folder)
         original.save_pretrained(destination)
-    elif record.mode == "extend":  # the rebuilt tokenizer has the adapted one's pipeline by construction
-        state = rebuild_original(adapted, record.old_vocab_size)
+    elif first.rebuildable:  # the rebuilt tokenizer has the adapted one's pipeline by construction
+        state = rebuild_original(adapted, first.size)
         original = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)))
-        _check_fingerprint(original, record, f"the original tokenizer rebuilt from {str(folder)!r}",
+        _check_fingerprint(original, first, f"the original tokenizer rebuilt from {str(folder)!r}",
                            "pass source_tokenizer= the tokenizer of the model this folder was extended from")
         _write(folder, state, destination)
     else:
         raise InvalidArgumentError(
-            f"model_dir={str(folder)!r} was made in replace mode, so its original tokenizer cannot be rebuilt from "
-            f"it: pass source_tokenizer= the tokenizer of {record.source_model or 'the model it was made from'}.")
+            f"model_dir={str(folder)!r} was made in replace mode{' (or from a model made so)' * bool(record.earlier)}"
+            ", so its original tokenizer cannot be rebuilt from it: pass source_tokenizer= the tokenizer of "
+            f"{record.original_source_model or 'the model it was made from'}.")
     return destination
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The tokenizer the first extension started from: its fingerprint and size, and whether it can be rebuilt from
+    the adapted tokenizer (every extension since in extend mode, which keeps the old ids and merges first)."""
+
+    sha256: str
+    size: int
+    rebuildable: bool
+
+
+def _first_source(record: ExtensionRecord) -> _Source:
+    """For a model extended more than once, the source of the first extension (as its record in `earlier` keeps
+    it): the tokenizer llama.cpp knows; the later sources are adapted tokenizers."""
+    first = record.earlier[0] if record.earlier else {}
+    sha256, size = first.get("source_tokenizer_sha256"), first.get("old_vocab_size")
+    if not (isinstance(sha256, str) and isinstance(size, int)):
+        return _Source(record.source_tokenizer_sha256, record.old_vocab_size, record.mode == "extend")
+    modes = [entry.get("mode") for entry in record.earlier] + [record.mode]
+    return _Source(sha256, size, all(mode == "extend" for mode in modes))
 
 
 def rebuild_original(state: dict[str, Any], old_vocab_size: int) -> dict[str, Any]:
@@ -88,12 +113,12 @@ def _old_merges(model: dict[str, Any]) -> int:
     return len(model["merges"])
 
 
-def _check_fingerprint(tokenizer: Any, record: ExtensionRecord, what: str, fix: str) -> None:
+def _check_fingerprint(tokenizer: Any, source: _Source, what: str, fix: str) -> None:
     found = fingerprint(tokenizer)
-    if found != record.source_tokenizer_sha256:
+    if found != source.sha256:
         raise TokenizerMismatchError(
             f"{what} has fingerprint {found[:12]}..., but the folder's ExtensionRecord says its source tokenizer had "
-            f"{record.source_tokenizer_sha256[:12]}... ({record.old_vocab_size:,} tokens): {fix}.")
+            f"{source.sha256[:12]}... ({source.size:,} tokens): {fix}.")
 
 
 def _check_pipeline(original: dict[str, Any], adapted: dict[str, Any], folder: Path) -> None:
