@@ -10,6 +10,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, Generat
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model
+from vocabshift.inspection import record_summary
 from vocabshift.vocab.load import fingerprint
 
 
@@ -190,6 +191,8 @@ def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru,
     third = vocabshift.get_record(model)
     assert len(again) > len(second) and third.earlier == [earlier, {key: value for key, value in
                                                                       record.to_dict().items() if key != "earlier"}]
+    printed = record_summary(third)["earlier"]  # what `vocabshift inspect` prints: packed lists are not spelled out
+    assert [entry["decompositions"] for entry in printed] == ["(packed)", "(packed)"]
 
 
 def test_record_describes_the_extension(tokenizers_en, tokenizers_ru):

@@ -57,6 +57,8 @@ def record_summary(record: ExtensionRecord) -> dict[str, Any]:
     data = record.to_dict()
     data["decompositions"] = f"{len(record.new_ids)} decompositions (packed)"
     data["shared"] = f"{len(record.shared_pairs())} shared pairs" + (" (packed)" if record.shared else "")
+    data["earlier"] = [{**entry, **{key: "(packed)" for key in ("decompositions", "shared") if entry.get(key)}}
+                       for entry in record.earlier]
     return data
 
 
