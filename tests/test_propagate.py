@@ -184,6 +184,24 @@ def test_output_is_the_instruct_model_with_the_adapted_vocabulary(family, tmp_pa
                                              )["weight_map"]
 
 
+def test_hard_linked_shards_keep_the_mode_of_the_instruct_files(family, tmp_path):
+    """The output's files get the umask's permissions (safetensors writes its files 0600), except the shards
+    linked from instruct: changing their mode would change instruct's files."""
+    folders, _ = family
+    shards = sorted(folders["instruct"].glob("*.safetensors"))
+    shared_mode = shards[0].stat().st_mode & 0o777
+    shards[0].chmod(0o640)
+    before = {path.name: path.stat().st_mode & 0o777 for path in shards}
+    try:
+        out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"],
+                                   output_dir=tmp_path / "out", hardlink=True)
+        assert {path.name: path.stat().st_mode & 0o777 for path in shards} == before
+    finally:  # the family is shared with the other tests
+        shards[0].chmod(shared_mode)
+    linked = [path for path in out.glob("*.safetensors") if path.stat().st_nlink > 1]
+    assert linked and all(path.stat().st_mode & 0o777 == before[path.name] for path in linked)
+
+
 def test_swap_measures_its_identity_residual_on_spread_runs(monkeypatch):
     from vocabshift.propagation import fit
 

@@ -262,3 +262,16 @@ def test_a_temporary_file_of_a_killed_process_goes_with_the_next_write(tmp_path)
     alive.write_bytes(b"being written")
     vocabshift.save.atomic_write_text(target, "done")
     assert target.read_text() == "done" and not dead.exists() and alive.exists()
+
+
+def test_the_output_folder_has_the_permissions_the_umask_gives(tmp_path):
+    """As config.json: a colleague, or a container or server running as another user, can read the model
+    (`tempfile.mkdtemp` made the output folder private to its owner, and safetensors 0.8 writes its files so)."""
+    previous = os.umask(0o022)
+    try:
+        folder = vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "out")
+        vocabshift.save_pretrained_atomic(tiny(1), None, folder)  # replaced, through the aside folder or exchange
+    finally:
+        os.umask(previous)
+    assert folder.stat().st_mode & 0o777 == 0o755
+    assert {path.stat().st_mode & 0o777 for path in folder.iterdir()} == {0o644}

@@ -15,8 +15,8 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,10 +54,10 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
     target = check_replaceable(folder)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(target)
-    temporary = Path(tempfile.mkdtemp(prefix=_TEMP.format(name=target.name, kind="tmp", pid=os.getpid()),
-                                      dir=target.parent))
+    temporary = _sibling_folder(target, "tmp")
     try:
         yield temporary
+        _as_the_umask_gives(temporary)
         _swap_into_place(temporary, target)
     except BaseException as error:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -255,14 +255,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _sibling_folder(target: Path, kind: str) -> Path:
+    """A new folder beside `target`, named for this process, with the permissions the umask gives (as the folders
+    save_pretrained makes; `tempfile.mkdtemp`'s are private to the user, and the output folder would stay so)."""
+    folder = target.with_name(_TEMP.format(name=target.name, kind=kind, pid=os.getpid()) + secrets.token_hex(4))
+    folder.mkdir()
+    return folder
+
+
+def _as_the_umask_gives(folder: Path) -> None:
+    """Give the files written into `folder` the permissions a plain `open` gives under the umask (as config.json
+    has): safetensors 0.8 writes its files private to their owner (0600), so a colleague, or a container or server
+    running as another user, could not read the model. Files linked from elsewhere (`hardlink=True`) keep theirs:
+    their mode belongs to the input they share it with."""
+    mode = folder.stat().st_mode & 0o666  # the folder was made with mkdir: 0o777 minus the umask
+    for path in folder.rglob("*"):
+        status = path.lstat()
+        if stat.S_ISREG(status.st_mode) and status.st_nlink == 1 and status.st_mode & 0o777 != mode:
+            path.chmod(mode)
+
+
 def _swap_into_place(temporary: Path, target: Path) -> None:
     if not target.exists():
         os.rename(temporary, target)
     elif _exchange(temporary, target):
         shutil.rmtree(temporary)  # now holds the previous output
     else:
-        aside = Path(tempfile.mkdtemp(prefix=_TEMP.format(name=target.name, kind="old", pid=os.getpid()),
-                                      dir=target.parent))
+        aside = _sibling_folder(target, "old")
         os.rename(target, aside / target.name)
         os.rename(temporary, target)
         shutil.rmtree(aside)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...errors import TrainingSetupError
+from ...save import atomic_write_text
 
 __all__ = ["MARKER", "check_marker", "check_optimizer_state", "plain_checkpoint_error", "setup_of", "write_marker"]
 
@@ -32,10 +32,8 @@ def setup_of(rows: Any, ids: torch.Tensor | None, parameters: list[torch.nn.Para
 
 
 def write_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
-    """Write the setup into the checkpoint folder (a temporary file renamed into place)."""
-    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as handle:
-        json.dump(setup, handle, indent=2)
-    os.replace(handle.name, Path(folder, MARKER))
+    """Write the setup into the checkpoint folder (atomically, as the checkpoint's other files are readable)."""
+    atomic_write_text(Path(folder, MARKER), json.dumps(setup, indent=2))
 
 
 def check_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
