@@ -38,7 +38,8 @@ def check_finite(parameters: list[torch.nn.Parameter], args: TrainingArguments, 
         f"Training diverged at step {step}: {rows if not where else 'some'} trained rows{where} hold NaN or infinite "
         f"values after its optimizer step, so the trained weights are lost. Start again from "
         f"the model (or a checkpoint saved before step {step}) with a lower learning_rate than "
-        f"{args.learning_rate:g}, or with warmup_steps or max_grad_norm."
+        f"{args.learning_rate:g}, or with warmup_steps or max_grad_norm; where float16 overflows (a float16 model "
+        "or teacher, fp16=True), train in bfloat16 or float32."
     )
 
 
