@@ -63,6 +63,21 @@ def test_resume_from_elsewhere_is_checked_by_the_optimizer_state(tokenizers_en, 
         _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, resumed, checkpoint)
 
 
+def test_resume_from_a_checkpoint_of_another_model_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A checkpoint of another run whose model has other rows (here: the model extended once more) ended in an
+    IndexError inside the hook that splits the rows on load."""
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    larger = vocabshift.train_tokenizer(ru_lines, like=tokenizer, vocab_size=len(tokenizer) + 300)
+    more = model.extend_vocabulary(larger, source_tokenizer=tokenizer)
+    trainer = Trainer(model=model, args=arguments(tmp_path / "second", max_steps=4),
+                      train_dataset=blocks(more, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    rows = model.get_input_embeddings().weight.shape[0]
+    with pytest.raises(TrainingSetupError, match=rf"model.embed_tokens.weight in the weights being loaded has [0-9]+ "
+                       rf"rows, the model {rows}: they were saved from another model"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
 def test_resume_with_other_explicit_rows_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines,
                              [vocabshift.EmbeddingOnlyCallback(rows=[1, 2, 3])])

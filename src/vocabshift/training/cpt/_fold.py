@@ -7,11 +7,11 @@ FSDP2 the tensors are DTensors sharded on rows: a state dict gathers them, `writ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from ...errors import UnsupportedModelError
+from ...errors import TrainingSetupError, UnsupportedModelError
 
 __all__ = ["IDS", "ROWS", "SLOTS", "drop_rows", "fold_state", "full", "row_norms_of", "split_state", "write_rows"]
 
@@ -81,13 +81,25 @@ def split_state(model: torch.nn.Module, state_dict: dict, prefix: str, *args: An
         key = f"{prefix}{group[0]}.weight"
         if key not in state_dict:
             continue
-        weight = state_dict[key]
-        ids = getattr(model.get_submodule(group[0]), IDS).to(weight.device)
+        weight, module = state_dict[key], model.get_submodule(group[0])
+        rows = _rows_of(module)
+        if weight.shape[0] != rows:
+            raise TrainingSetupError(
+                f"{key} in the weights being loaded has {weight.shape[0]} rows, the model {rows}: "
+                "they were saved from another model (a checkpoint of another run, or of the model before "
+                "extend_vocabulary). Resume from, or load, a checkpoint of this model."
+            )
+        ids = getattr(module, IDS).to(weight.device)
         zeroed = weight.index_fill(0, ids, 0)
         for name in group:
             state_dict[f"{prefix}{name}.{ROWS}"] = weight[ids]
             if f"{prefix}{name}.weight" in state_dict:
                 state_dict[f"{prefix}{name}.weight"] = zeroed
+
+
+def _rows_of(module: torch.nn.Module) -> int:
+    """The rows of an embedding module's matrix (its global size, where FSDP2 shards it)."""
+    return int(cast(torch.Tensor, module.weight).shape[0])
 
 
 @torch.no_grad()
