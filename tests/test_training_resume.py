@@ -78,6 +78,15 @@ def test_resume_from_a_checkpoint_of_another_model_is_refused(tokenizers_en, tok
         trainer.train(resume_from_checkpoint=str(checkpoint))
 
 
+@pytest.mark.parametrize(("text", "why"), [('{"rows": ', "Expecting value"), ("[]", "list")])
+def test_a_damaged_marker_is_named(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, text, why):
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
+    (checkpoint / MARKER).write_text(text, encoding="utf-8")
+    with pytest.raises(TrainingSetupError, match=rf"{MARKER}' cannot be read \({why}.*it is damaged. Resume from "
+                       "another checkpoint, or delete the file"):
+        _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "new", checkpoint, output=tmp_path / "first")
+
+
 def test_resume_with_other_explicit_rows_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines,
                              [vocabshift.EmbeddingOnlyCallback(rows=[1, 2, 3])])

@@ -45,7 +45,16 @@ def check_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
     path = Path(folder, MARKER)
     if not path.is_file():  # written by a plain Trainer (or before markers): the optimizer state's shapes tell
         return
-    saved = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError: written atomically, so edited or damaged
+        saved = error
+    if not isinstance(saved, dict):
+        raise TrainingSetupError(
+            f"{str(path)!r} cannot be read ({saved if isinstance(saved, ValueError) else type(saved).__name__}): it "
+            "records which rows the checkpoint trained, and it is damaged. Resume from another checkpoint, or delete "
+            "the file to resume with the optimizer state's shapes as the only check."
+        )
     if {k: saved.get(k) for k in setup} != setup:
         raise TrainingSetupError(
             f"The checkpoint {str(folder)!r} was saved by EmbeddingOnlyCallback(rows={_rows(saved)}), and this run "
