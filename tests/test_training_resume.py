@@ -78,7 +78,7 @@ def test_resume_from_a_checkpoint_of_another_model_is_refused(tokenizers_en, tok
         trainer.train(resume_from_checkpoint=str(checkpoint))
 
 
-@pytest.mark.parametrize(("text", "why"), [('{"rows": ', "Expecting value"), ("[]", "list")])
+@pytest.mark.parametrize(("text", "why"), [('{"rows": ', "Expecting value"), ("[]", "a JSON list")])
 def test_a_damaged_marker_is_named(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, text, why):
     checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
     (checkpoint / MARKER).write_text(text, encoding="utf-8")
@@ -130,6 +130,24 @@ def test_a_resumed_distillation_ends_where_the_uninterrupted_one_does(tokenizers
     assert list(resumed) == list(whole)
     for name, value in whole.items():
         assert torch.equal(resumed[name], value), name
+
+
+@pytest.mark.parametrize(("text", "why"), [("{", "Expecting property name"), ('{"schedule": 5}', "TypeError"),
+                                           ('{"source": null}', "KeyError")])
+def test_a_damaged_distillation_progress_file_is_named(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, text, why):
+    def trainer(output):
+        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+        texts = [{"text": t} for t in pack_texts(ru_lines[:100], tokenizer, max_length=32)]
+        return DistillationTrainer(model=model, args=arguments(output, max_steps=3, save_strategy="steps",
+                                                               save_steps=1), train_dataset=texts,
+                                   processing_class=tokenizer, teacher_tokenizer=tokenizers_en["sentencepiece"],
+                                   max_length=32, callbacks=[vocabshift.EmbeddingOnlyCallback()])
+
+    trainer(tmp_path / "run").train()
+    (tmp_path / "run" / "checkpoint-2" / PROGRESS).write_text(text, encoding="utf-8")
+    with pytest.raises(TrainingSetupError, match=rf"{PROGRESS}' cannot be read \({why}.*where the teacher's schedule "
+                       "and the source replay stood.*or delete the file to resume with both from their start"):
+        trainer(tmp_path / "run").train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
 
 
 def test_a_plain_trainer_loads_the_optimizer_state_before_any_callback_runs(tokenizers_en, tokenizers_ru, ru_lines,

@@ -19,7 +19,8 @@ import torch
 from ...errors import TrainingSetupError
 from ...save import atomic_write_text
 
-__all__ = ["MARKER", "check_marker", "check_optimizer_state", "plain_checkpoint_error", "setup_of", "write_marker"]
+__all__ = ["MARKER", "check_marker", "check_optimizer_state", "damaged_checkpoint_json", "plain_checkpoint_error",
+           "read_checkpoint_json", "setup_of", "write_marker"]
 
 MARKER = "vocabshift_training.json"
 
@@ -45,16 +46,8 @@ def check_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
     path = Path(folder, MARKER)
     if not path.is_file():  # written by a plain Trainer (or before markers): the optimizer state's shapes tell
         return
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError: written atomically, so edited or damaged
-        saved = error
-    if not isinstance(saved, dict):
-        raise TrainingSetupError(
-            f"{str(path)!r} cannot be read ({saved if isinstance(saved, ValueError) else type(saved).__name__}): it "
-            "records which rows the checkpoint trained, and it is damaged. Resume from another checkpoint, or delete "
-            "the file to resume with the optimizer state's shapes as the only check."
-        )
+    saved = read_checkpoint_json(path, what="which rows the checkpoint trained", without="with the optimizer "
+                                 "state's shapes as the only check")
     if {k: saved.get(k) for k in setup} != setup:
         raise TrainingSetupError(
             f"The checkpoint {str(folder)!r} was saved by EmbeddingOnlyCallback(rows={_rows(saved)}), and this run "
@@ -62,6 +55,30 @@ def check_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
             f"EmbeddingOnlyCallback(rows={_rows(saved)}), or start a new run from the checkpoint's weights "
             "(from_pretrained(checkpoint), then train() without resume_from_checkpoint)."
         )
+
+
+def read_checkpoint_json(path: Path, *, what: str, without: str) -> dict[str, Any]:
+    """A JSON object vocabshift wrote into a checkpoint (`what` it records; `without`: how a resume goes on
+    without it).
+
+    Raises:
+        `TrainingSetupError`: it is not valid JSON or not an object (written atomically, so edited or damaged).
+    """
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+        raise damaged_checkpoint_json(path, what=what, without=without, why=str(error)) from None
+    if not isinstance(saved, dict):
+        raise damaged_checkpoint_json(path, what=what, without=without, why=f"a JSON {type(saved).__name__}")
+    return saved
+
+
+def damaged_checkpoint_json(path: Path, *, what: str, without: str, why: str) -> TrainingSetupError:
+    """The error for a damaged file of `read_checkpoint_json`, or one whose values cannot be restored (`why`)."""
+    return TrainingSetupError(
+        f"{str(path)!r} cannot be read ({why}): it records {what}, and it is damaged. Resume from another "
+        f"checkpoint, or delete the file to resume {without}."
+    )
 
 
 def check_optimizer_state(optimizer: Any, setup: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerM
 from ...record import get_record
 from ...save import atomic_write_text
 from ...vocab.load import fingerprint, load_tokenizer
+from ..cpt._resume import damaged_checkpoint_json, read_checkpoint_json
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
 from .collator import DistillationCollator, check_text_datasets, default_collator
@@ -231,10 +232,19 @@ class DistillationTrainer(Trainer):
                 raise
             raise callback.plain_checkpoint_error(checkpoint) from error
         if checkpoint is not None and Path(checkpoint, PROGRESS).is_file():  # absent: saved by an older vocabshift
-            state = json.loads(Path(checkpoint, PROGRESS).read_text(encoding="utf-8"))
+            self._restore_progress(Path(checkpoint, PROGRESS))
+
+    def _restore_progress(self, path: Path) -> None:
+        """Where the teacher's schedule and the source replay stood (`TrainingSetupError` for a damaged file)."""
+        what, without = "where the teacher's schedule and the source replay stood", "with both from their start"
+        state = read_checkpoint_json(path, what=what, without=without)
+        try:
             self.schedule.load_state_dict(state["schedule"])
             if self.source is not None and state["source"] is not None:
                 self.source.load_state_dict(state["source"])
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise damaged_checkpoint_json(path, what=what, without=without,
+                                          why=f"{type(error).__name__}: {error}") from None
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """The Trainer's checkpoint, and where the teacher's schedule and the source replay stand (`PROGRESS`), so
