@@ -72,7 +72,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     (`OutputWriteError` where it ran out of room). Siblings left by killed processes go with the next call."""
     target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)  # write where a link points
     _remove_leftovers(target)
-    partial = target.with_name(_TEMP.format(name=target.name, kind="part", pid=os.getpid()) + secrets.token_hex(4))
+    partial = _sibling(target, "part")
     try:
         yield partial
         os.replace(partial, target)
@@ -258,9 +258,15 @@ def _alive(pid: int) -> bool:
 def _sibling_folder(target: Path, kind: str) -> Path:
     """A new folder beside `target`, named for this process, with the permissions the umask gives (as the folders
     save_pretrained makes; `tempfile.mkdtemp`'s are private to the user, and the output folder would stay so)."""
-    folder = target.with_name(_TEMP.format(name=target.name, kind=kind, pid=os.getpid()) + secrets.token_hex(4))
+    folder = _sibling(target, kind)
     folder.mkdir()
     return folder
+
+
+def _sibling(target: Path, kind: str) -> Path:
+    """A path beside `target` for this process's temporary `kind` ("tmp", "old", "part"), unique among its writers
+    and named so that `_remove_leftovers` finds it once the process is gone."""
+    return target.with_name(_TEMP.format(name=target.name, kind=kind, pid=os.getpid()) + secrets.token_hex(4))
 
 
 def _as_the_umask_gives(folder: Path) -> None:
