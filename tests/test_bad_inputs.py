@@ -45,6 +45,9 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     (root / "ru.txt").write_text("\n".join(ru_lines[:100]) + "\n", encoding="utf-8")
     (root / "junk").mkdir()
     (root / "junk" / "notes.txt").write_text("unrelated data\n", encoding="utf-8")
+    (root / "project" / "src").mkdir(parents=True)  # a config.json that is no model's, beside the user's work
+    (root / "project" / "config.json").write_text('{"learning_rate": 0.001}', encoding="utf-8")
+    (root / "project" / "NOTES.md").write_text("my notes\n", encoding="utf-8")
     (root / "broken-json").mkdir()
     (root / "broken-json" / "tokenizer.json").write_text("{not json", encoding="utf-8")
     (root / "empty").mkdir()
@@ -199,7 +202,11 @@ API = {
     "pad=True": (_extend(pad_to_multiple_of=True), E.InvalidArgumentTypeError, "pad_to_multiple_of=True"),
     "pad=2.5": (_extend(pad_to_multiple_of=2.5), E.InvalidArgumentTypeError, "pad_to_multiple_of=2.5"),
     "pad='64'": (_extend(pad_to_multiple_of="64"), E.InvalidArgumentTypeError, "pad_to_multiple_of='64'"),
+    "pad=10**12": (_extend(pad_to_multiple_of=10**12), E.InvalidArgumentError,  # rows for a trillion tokens
+                   "pad_to_multiple_of=1000000000000 is invalid: pass a positive int up to 65,536 (e.g. 64) or None"),
     "seed=-1": (_extend(seed=-1), E.InvalidArgumentError, "seed=-1"),
+    "seed=2**70": (_extend(seed=2**70, method="random"), E.InvalidArgumentError,  # torch's seeds end at 2**64
+                   "seed=1180591620717411303424 is invalid: pass an int in [0, 2**32)"),
     "seed='0'": (_extend(seed="0"), E.InvalidArgumentTypeError, "seed='0'"),
     "seed=1.0": (_extend(seed=1.0), E.InvalidArgumentTypeError, "seed=1.0"),
     "seed=None": (_extend(seed=None), E.InvalidArgumentTypeError, "seed=None"),
@@ -266,6 +273,8 @@ API = {
     "rows='old'": (lambda w: EmbeddingOnlyCallback(rows="old"), E.InvalidArgumentError, "rows='old'"),
     "rows=5": (lambda w: EmbeddingOnlyCallback(rows=5), E.InvalidArgumentError, "rows=5"),
     "rows=None": (lambda w: EmbeddingOnlyCallback(rows=None), E.InvalidArgumentError, "rows=None"),
+    "rows=a 0-d tensor": (lambda w: EmbeddingOnlyCallback(rows=torch.tensor(5)), E.InvalidArgumentError,
+                          "rows=tensor(5) is invalid: pass 'new', 'all' or a list of row ids"),
     "rows=[]": (_callback_trainer(rows=[]), E.InvalidArgumentError, "rows=[]"),
     "rows=[-1]": (_callback_trainer(rows=[-1]), E.InvalidArgumentError, "rows holds ids from -1"),
     "rows=[10**9]": (_callback_trainer(rows=[10**9]), E.InvalidArgumentError, "rows holds ids from 1000000000"),
@@ -362,6 +371,12 @@ API = {
                          E.ModelFolderError, "is a file"),
     "save over unrelated data": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "junk"),
                                  E.ModelFolderError, "holds no saved model"),
+    "save over a project with a config.json": (
+        lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "project"), E.ModelFolderError,
+        "project' holds 'NOTES.md', 'src/', which a saved model does not have: vocabshift replaces output folders as "
+        "a whole and would delete them"),
+    "save folder=''": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, ""), E.InvalidArgumentError,
+                       "folder is an empty path"),
     "save folder=42": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, 42),
                        E.InvalidArgumentTypeError, "folder=42"),
     "max_shard_size='lots'": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "out-3",
@@ -429,6 +444,18 @@ API = {
     "merge keep without texts": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, keep_source_segmentation=True),
                                  E.InvalidArgumentError, "keep_source_segmentation=True needs source_texts"),
     "align source=42": (lambda w: vocabshift.align(42, w.new), E.InvalidTokenizerError, "source is a int"),
+    "tokens_per_word texts=a dataset's batch": (lambda w: vocabshift.tokens_per_word(w.source, {"text": w.ru}),
+                                                E.CorpusError, "texts is a dict (a dataset's batch of columns?): "
+                                                "pass its column of lines, e.g. batch['text']"),
+    "train_tokenizer texts=a dataset's batch": (
+        lambda w: vocabshift.train_tokenizer({"text": w.ru}, like=w.source, vocab_size=800), E.CorpusError,
+        "texts is a dict (a dataset's batch of columns?)"),
+    "train_tokenizer vocab_size=10**9": (  # the trainer reserved memory for them and aborted the process
+        lambda w: vocabshift.train_tokenizer(w.ru, like=w.source, vocab_size=10**9), E.InvalidArgumentError,
+        "vocab_size=1,000,000,000 is invalid: pass at most 1,048,576"),
+    "evaluate texts=a 0-d tensor": (lambda w: vocabshift.evaluate(w.extended, w.extended_tokenizer,
+                                                                  torch.tensor(1)),
+                                    E.InvalidArgumentTypeError, "texts is a Tensor"),
     "tokens_per_word texts=[]": (lambda w: vocabshift.tokens_per_word(w.source, []), E.CorpusError, "texts holds no"),
     "tokens_per_word texts=str": (lambda w: vocabshift.tokens_per_word(w.source, "a b"), E.CorpusError,
                                   "texts is a str"),
@@ -689,6 +716,14 @@ CLI = {
     "extend with a broken tokenizer": (["extend", "{extended}", "{root}/broken-json", "{root}/out"],
                                        "Could not load new_tokenizer"),
     "extend into unrelated data": (["extend", "{extended}", "{extended}", "{root}/junk"], "holds no saved model"),
+    "extend into a project with a config.json": (["extend", "{extended}", "{extended}", "{root}/project"],
+                                                 "holds 'NOTES.md', 'src/', which a saved model does not have"),
+    "extend into ''": (["extend", "{extended}", "{extended}", ""], "output_dir is an empty path"),
+    "extend --seed 2**32": (["extend", "{extended}", "{extended}", "{root}/out", "--seed", "4294967296"],
+                            "argument --seed: '4294967296' is not an integer in [0, 2**32)"),
+    "a tokenizer over a model": (["tokenizer", "{extended}", "{root}/ru.txt", "{root}/truncated", "--vocab-size",
+                                  "300"], "truncated' holds 'config.json', 'generation_config.json', "
+                                          "'model.safetensors', which a saved tokenizer does not have"),
     "extend unknown method": (["extend", "{extended}", "{extended}", "{root}/out", "--method", "nope"],
                               "Unknown method 'nope'"),
     "extend bad option": (["extend", "{extended}", "{extended}", "{root}/out", "--option", "foo"], "KEY=VALUE"),

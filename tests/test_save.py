@@ -133,6 +133,28 @@ def test_refuses_to_replace_what_is_not_a_model_folder(tmp_path):
     assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
 
 
+def test_refuses_to_replace_a_model_folder_that_holds_more(tmp_path):
+    """A Trainer's output_dir (the model saved beside its checkpoints) is no folder to replace as a whole."""
+    vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "run")
+    (tmp_path / "run" / "checkpoint-500").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text("{}")
+    weights = (tmp_path / "run" / "model.safetensors").read_bytes()
+    with pytest.raises(ModelFolderError, match=r"run' holds 'checkpoint-500/', 'trainer_state.json', which a saved "
+                                               "model does not have"):
+        vocabshift.save_pretrained_atomic(tiny(1), None, tmp_path / "run")
+    assert (tmp_path / "run" / "model.safetensors").read_bytes() == weights
+    assert (tmp_path / "run" / "checkpoint-500").is_dir()
+
+
+def test_refuses_the_current_folder(tmp_path, monkeypatch):
+    """The swap would leave the shell in a deleted folder; "." also has no name to build a sibling's from."""
+    monkeypatch.chdir(tmp_path)
+    for folder in (".", tmp_path, tmp_path.parent):
+        with pytest.raises(ModelFolderError, match="is the current folder or holds it"):
+            vocabshift.save_pretrained_atomic(tiny(0), None, folder)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(("arguments", "error", "match"), [
     ({"max_shard_size": "lots"}, InvalidArgumentError, "max_shard_size='lots' is not a shard size: pass a positive"),
     ({"max_shard_size": "0GB"}, InvalidArgumentError, "max_shard_size='0GB' is not a shard size"),

@@ -83,6 +83,10 @@ def test_cli_trains_a_tokenizer_like_the_models(tokenizers_en, ru_lines, tmp_pat
                  "--vocab-size", "900"]) == 0
     assert capfd.readouterr().out.strip() == f"{tmp_path / 'ru'}: 900 tokens trained on {len(ru_lines):,} lines"
     assert len(vocabshift.vocab.load.load_tokenizer(str(tmp_path / "ru"), argument="t")) == 900
+    assert main(["tokenizer", str(tmp_path / "model"), str(tmp_path / "ru.txt"), str(tmp_path / "ru"),
+                 "--vocab-size", "800"]) == 0  # a run again replaces its own output (it holds no config.json)
+    assert len(vocabshift.vocab.load.load_tokenizer(str(tmp_path / "ru"), argument="t")) == 800
+    capfd.readouterr()
     assert main(["tokenizer", str(tmp_path / "model"), str(tmp_path / "missing.txt"), str(tmp_path / "x")]) == 1
     assert "does not exist" in capfd.readouterr().err and not (tmp_path / "x").exists()
 

@@ -19,8 +19,8 @@ from huggingface_hub.utils import validate_repo_id
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
-           "check_positions", "check_rate", "check_repo_id", "check_shard_size", "check_texts", "check_token", "is_int",
-           "model_positions"]
+           "check_positions", "check_rate", "check_repo_id", "check_seed", "check_shard_size", "check_texts",
+           "check_token", "is_collection", "is_int", "model_positions"]
 
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
@@ -44,6 +44,14 @@ def check_count(value: Any, *, name: str, minimum: int = 1, accepted: str | None
     return value
 
 
+def check_seed(value: Any, *, name: str = "seed") -> int:
+    """A seed: an int in [0, 2**32), numpy's range (the Trainer's `set_seed` seeds numpy too)."""
+    accepted = "an int in [0, 2**32)"
+    if check_count(value, name=name, minimum=0, accepted=accepted) >= 2**32:
+        raise InvalidArgumentError(f"{name}={value!r} is invalid: pass {accepted}.")
+    return value
+
+
 def check_flag(value: Any, *, name: str) -> bool:
     """True or False (not a truthy value: "yes" and 1 are refused, as `InvalidArgumentTypeError`)."""
     if not isinstance(value, bool):
@@ -56,6 +64,13 @@ def check_choice(value: Any, choices: Sequence[str], *, name: str) -> str:
     if not isinstance(value, str) or value not in choices:
         raise InvalidArgumentError(f"{name}={value!r} is invalid: pass one of {', '.join(map(repr, choices))}.")
     return value
+
+
+def is_collection(value: Any) -> bool:
+    """An iterable of items: not a string, bytes or a mapping (a dataset's batch of columns), nor a 0-d tensor or
+    array (iterable by type, a single value in fact)."""
+    return (isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+            and getattr(value, "ndim", 1) != 0)
 
 
 def check_rate(value: Any, *, name: str, positive: bool = True) -> float:
@@ -72,9 +87,10 @@ def check_texts(value: Any, *, name: str, blanks: bool = False) -> Sequence[str]
     """A non-empty collection of strings, one document or line each; non-blank unless `blanks` (where a blank text is
     simply nothing to score). A list, a tuple or a dataset column is returned as it is; any other iterable (a
     generator, an array, a pandas Series) is read once, into a list: pass on the returned value."""
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    if not is_collection(value):
         raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__}: pass a non-empty list of strings, one "
-                                       "line or document each.")
+                                       "line or document each" + (" (a dataset's batch: its column of text, e.g. "
+                                       "batch['text'])." if isinstance(value, Mapping) else "."))
     if not isinstance(value, Sequence):
         value = list(value)
     if not value:
@@ -121,9 +137,9 @@ def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> 
     `inputs` that are not existing paths, such as Hub ids, are skipped).
 
     Raises:
-        `InvalidArgumentError`: naming the output and the input.
+        `InvalidArgumentError`: naming the output and the input (`check_path`'s errors for the output).
     """
-    target = Path(output).resolve()
+    target = check_path(output, name=name).resolve()
     for role, value in inputs.items():
         given = isinstance(value, (str, os.PathLike)) and str(value) != ""  # "" (a model built in memory) is no path
         source = Path(value).resolve() if given and Path(value).exists() else None

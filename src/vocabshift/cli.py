@@ -32,7 +32,7 @@ from ._version import __version__
 from .arguments import check_output_path
 from .assemble import ROW_MULTIPLE
 from .cli_common import SUBCOMMANDS, arg, check_output, load_model, subcommand
-from .cli_types import NON_NEGATIVE_INT, POSITIVE_INT, branch, repo_id, shard_size
+from .cli_types import POSITIVE_INT, SEED, branch, repo_id, shard_size
 from .corpus import read_texts
 from .errors import InvalidArgumentError, VocabShiftError
 from .export import OUTTYPES, export_gguf
@@ -78,11 +78,11 @@ def _key_value(text: str) -> tuple[str, Any]:
     arg("--min-frequency", type=POSITIVE_INT, default=2, help="minimum count of a merge or piece (default: 2)"),
 )
 def cmd_tokenizer(args: argparse.Namespace) -> int:
-    check_output(args.output_dir, model=args.model, texts=args.texts)
+    check_output(args.output_dir, holds="tokenizer", model=args.model, texts=args.texts)
     texts = read_texts(args.texts)
     tokenizer = train_tokenizer(texts, like=load_tokenizer(args.model, argument="model"), vocab_size=args.vocab_size,
                                 min_frequency=args.min_frequency)
-    with atomic_folder(args.output_dir) as folder:
+    with atomic_folder(args.output_dir, holds="tokenizer") as folder:
         tokenizer.save_pretrained(folder)
     print(f"{args.output_dir}: {len(tokenizer):,} tokens trained on {len(texts):,} lines")
     return 0
@@ -101,7 +101,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--pad-to-multiple-of", type=POSITIVE_INT, default=ROW_MULTIPLE,
         help=f"round the number of embedding rows up to a multiple of this (default: {ROW_MULTIPLE}, even "
              "tensor-parallel splits; 1: no rounding); rows without a token get placeholder tokens"),
-    arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of every random draw (default: 0)"),
+    arg("--seed", type=SEED, default=0, help="seed of every random draw (default: 0)"),
     arg("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
         help="a method option, repeatable (e.g. --option input_weighting=char_length)"),
     arg("--max-shard-size", type=shard_size, help="largest safetensors shard to write (e.g. 2GB)"),

@@ -91,15 +91,16 @@ def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
     return load_tokenizer(path, argument=f"the tokenizer of {argument}")
 
 
-def check_output(output: str, **inputs: str | None) -> None:
+def check_output(output: str, *, holds: str = "model", **inputs: str | None) -> None:
     """Before any work: the output folder can be replaced as a whole (`save.check_replaceable`), and it is not an
-    input folder, nor holds one, nor lies inside one (inputs are never written).
+    input folder, nor holds one, nor lies inside one (inputs are never written); `holds`: "model" or "tokenizer",
+    what it is written with.
 
     Raises:
         `ModelFolderError`: see `check_replaceable`. `InvalidArgumentError`: naming the input.
     """
     check_apart(output, name="output_dir", **inputs)
-    check_replaceable(output, name="output_dir")
+    check_replaceable(output, name="output_dir", holds=holds)
 
 
 def _check_model_path(path: str, argument: str) -> None:

@@ -15,7 +15,7 @@ from ._disk import scratch_folder
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_positions
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
-from .cli_types import CONTEXT, NON_NEGATIVE_INT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SHARE
+from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE
 from .corpus import read_texts
 from .errors import InvalidArgumentError, RecordError, TokenizerLoadError, TokenizerMismatchError
 from .record import find_record, get_record, store_record
@@ -53,7 +53,7 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
         help="the learning rate over the run: constant (default; at 100 steps it ends lower in held-out bits per byte "
              "than linear, see docs/cli.md), or decaying to 0 over --max-steps (linear is the Trainer's default)"),
     arg("--weight-decay", type=NON_NEGATIVE_RATE, default=0.0, help="AdamW weight decay (default: 0)"),
-    arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed of the data order and of dropout (default: 0)"),
+    arg("--seed", type=SEED, default=0, help="seed of the data order and of dropout (default: 0)"),
     arg("--objective", default="auto", choices=("auto", "next_token", "distillation"),
         help="next_token: plain cross-entropy; distillation: learn from the original model on the same text "
              "(DistillationTrainer); auto (default): distillation where the model itself can be the teacher (extend "
@@ -250,7 +250,7 @@ def _rewrite_record(folder: Path, model: Model) -> None:
     arg("--batch-size", type=POSITIVE_INT, default=8, help="sequences per step (default: 8)"),
     arg("--context-length", type=CONTEXT, default=128, help="tokens per sequence (default: 128)"),
     arg("--learning-rate", type=POSITIVE_RATE, default=1e-3, help="AdamW learning rate (default: 1e-3)"),
-    arg("--seed", type=NON_NEGATIVE_INT, default=0, help="seed (default: 0)"),
+    arg("--seed", type=SEED, default=0, help="seed (default: 0)"),
     arg("--output-dir", default="probe", help="where to write probe.md and probe.png (default: ./probe)"),
 )
 def cmd_probe(args: argparse.Namespace) -> int:

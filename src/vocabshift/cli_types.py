@@ -15,7 +15,7 @@ from .arguments import check_repo_id, check_shard_size
 from .errors import InvalidArgumentError
 from .hub.push import check_revision
 
-__all__ = ["CONTEXT", "NON_NEGATIVE_INT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "SHARE", "branch",
+__all__ = ["CONTEXT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "SEED", "SHARE", "branch",
            "repo_id", "shard_size"]
 
 
@@ -36,7 +36,7 @@ def _number(kind: type, accepted: str, valid: Callable[[float], bool]) -> Callab
 
 
 POSITIVE_INT = _number(int, "an integer >= 1", lambda value: value >= 1)
-NON_NEGATIVE_INT = _number(int, "an integer >= 0", lambda value: value >= 0)
+SEED = _number(int, "an integer in [0, 2**32)", lambda value: 0 <= value < 2**32)  # arguments.check_seed
 CONTEXT = _number(int, "an integer >= 2 (a token to predict from, and one to predict)", lambda value: value >= 2)
 POSITIVE_RATE = _number(float, "a finite number > 0", lambda value: value > 0)
 NON_NEGATIVE_RATE = _number(float, "a finite number >= 0", lambda value: value >= 0)

@@ -11,11 +11,12 @@ import io
 import lzma
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .arguments import is_collection
 from .errors import CorpusError
 
 __all__ = ["corpus_fingerprint", "documents", "read_texts", "shipped_english", "source_lines"]
@@ -36,8 +37,7 @@ def source_lines(source_texts: Any) -> list[str]:
     """
     if source_texts is None:
         return list(shipped_english())
-    lines = None if isinstance(source_texts, (str, bytes, os.PathLike, Mapping)) or not isinstance(
-        source_texts, Iterable) else list(source_texts)
+    lines = list(source_texts) if is_collection(source_texts) and not isinstance(source_texts, os.PathLike) else None
     if not lines or not all(isinstance(line, str) for line in lines):
         raise CorpusError(
             f"source_texts is a {type(source_texts).__name__} ({str(source_texts)[:60]!r}): pass a non-empty list "
@@ -59,7 +59,10 @@ def text_lines(texts: Any, *, name: str = "texts") -> list[str]:
             "as its characters. Pass the lines, e.g. vocabshift.corpus.read_texts('corpus.txt') or "
             "open(path).read().splitlines()."
         )
-    if not isinstance(texts, Iterable):
+    if isinstance(texts, Mapping):  # what a dataset's ds[:n] gives: iterating it would read the column names
+        raise CorpusError(f"{name} is a {type(texts).__name__} (a dataset's batch of columns?): pass its column of "
+                          "lines, e.g. batch['text'].")
+    if not is_collection(texts):
         raise CorpusError(f"{name} is a {type(texts).__name__}: pass an iterable of strings (lines of text).")
     lines = list(texts)
     bad = next((index for index, line in enumerate(lines) if not isinstance(line, str)), None)

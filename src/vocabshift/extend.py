@@ -18,7 +18,7 @@ import torch
 
 from ._typing import Model, Tokenizer, TokenizerLike
 from ._version import __version__
-from .arguments import check_choice, check_count, check_flag
+from .arguments import check_choice, check_count, check_flag, check_seed
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
@@ -46,6 +46,7 @@ __all__ = ["extend_vocabulary"]
 
 logger = logging.getLogger(__name__)
 _MODES = ("extend", "replace")
+_MAX_MULTIPLE = 65536
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,11 @@ def extend_vocabulary(
         source_tokenizer (*optional*): the model's current tokenizer; defaults to the one at `model.name_or_path`.
         pad_to_multiple_of (`int`, *optional*, defaults to `ROW_MULTIPLE`, 128): round the number of embedding rows
             up to a multiple of this; 128 splits evenly over every power-of-two tensor-parallel degree up to 128
-            (vLLM, TGI) and keeps matrix shapes aligned for GPU kernels. `None` or 1: no rounding. Rows no token uses
-            (these, and padding rows of the source that no new token took) get named special placeholder tokens
-            (`vocab.placeholders`), so that every id below `config.vocab_size` decodes.
-        seed (`int`, defaults to 0): seed of every random draw; the same seed gives bit-identical rows.
+            (vLLM, TGI) and keeps matrix shapes aligned for GPU kernels. `None` or 1: no rounding; at most 65,536.
+            Rows no token uses (these, and padding rows of the source that no new token took) get named special
+            placeholder tokens (`vocab.placeholders`), so that every id below `config.vocab_size` decodes.
+        seed (`int`, defaults to 0): seed of every random draw, in [0, 2**32); the same seed gives bit-identical
+            rows.
         source_texts (`Sequence[str]`, *optional*): source-language lines whose segmentation extend mode must not
             change; defaults to 1,500 English lines shipped with vocabshift. The share of them cut differently is
             recorded (`record.tokenizer_report`) and, when not zero, warned about. The more lines, the more of the
@@ -175,9 +177,11 @@ def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_
             "vocabulary, which cuts every text anew."
         )
     check_choice(mode, _MODES, name="mode")
-    if pad_to_multiple_of is not None:
-        check_count(pad_to_multiple_of, name="pad_to_multiple_of", accepted="a positive int (e.g. 64) or None")
-    check_count(seed, name="seed", minimum=0, accepted="a non-negative int")
+    if pad_to_multiple_of is not None:  # bounded: the padding rows it adds take memory and disk as real ones
+        accepted = f"a positive int up to {_MAX_MULTIPLE:,} (e.g. 64) or None"
+        if check_count(pad_to_multiple_of, name="pad_to_multiple_of", accepted=accepted) > _MAX_MULTIPLE:
+            raise InvalidArgumentError(f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass {accepted}.")
+    check_seed(seed)
 
 
 def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None:

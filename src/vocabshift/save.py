@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fnmatch
 import logging
 import os
 import secrets
@@ -34,24 +35,33 @@ __all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceab
 logger = logging.getLogger(__name__)
 
 _TEMP = ".{name}.vocabshift-{kind}-{pid}-"
+# What the folder of a saved tokenizer, and of a saved model, holds: what save_pretrained writes for a causal LM and
+# its tokenizer, and what vocabshift adds (the card, the loss curve, the license files propagate copies). An output
+# folder is replaced only when it holds nothing else: never a project, a Trainer's output_dir with its checkpoints or
+# a clone of a Hub repo, whose other files the swap would delete.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
+                    "chat_template.json", "additional_chat_templates/")
+_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
+                "model.safetensors.index.json", "README.md", "cpt_loss.png", "LICENSE*", "NOTICE*", "USE_POLICY*",
+                *_TOKENIZER_FILES)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
 @contextlib.contextmanager
-def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
+def atomic_folder(folder: str | os.PathLike, *, holds: str = "model") -> Iterator[Path]:
     """Yield a temporary sibling of `folder` to write into; on success it replaces `folder` as a whole.
 
     On an exception the temporary folder is deleted and `folder` is untouched. Temporary folders left by killed
     processes are removed by the next call for the same `folder`.
 
     Raises:
-        `ModelFolderError`: `folder` is a file, or a non-empty folder without `config.json` (vocabshift replaces only
-            folders that hold a saved model, never unrelated data).
+        `ModelFolderError`: `folder` cannot be replaced (`check_replaceable`: `holds` is what it is written with).
         `InvalidArgumentError`: a file stands where one of its parent folders must be.
         `OutputWriteError` (while writing): the disk is full, a quota is exceeded or a file grew too large.
     """
-    target = check_replaceable(folder)
+    target = check_replaceable(folder, holds=holds)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(target)
     temporary = _sibling_folder(target, "tmp")
@@ -205,27 +215,44 @@ def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tok
     save_sentencepiece(tokenizer, folder, like=like)
 
 
-def check_replaceable(folder: str | os.PathLike, *, name: str = "folder") -> Path:
-    """`folder` as a Path, if `atomic_folder` may replace it: a new or empty folder, or a saved model's (`name`: the
-    argument's name in messages).
+def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds: str = "model") -> Path:
+    """`folder` as an absolute Path, if `atomic_folder` may replace it: a new or empty folder, or one that holds a
+    saved `holds` ("model" or "tokenizer") and nothing else (`name`: the argument's name in messages).
 
     Raises:
-        `ModelFolderError`: a file, or a non-empty folder without `config.json`. `InvalidArgumentError`: a file
-            stands where one of its parent folders must be.
+        `ModelFolderError`: a file; a non-empty folder without `config.json` (for a model) or with files a saved
+            `holds` does not have. `InvalidArgumentError`: a file stands where one of its parent folders must be.
     """
-    target = check_output_path(folder, name=name)
-    _check_replaceable(target)
+    target = check_output_path(folder, name=name).absolute()  # "." has no name to build a sibling's from
+    if Path.cwd().resolve().is_relative_to(target.resolve()):
+        raise ModelFolderError(
+            f"{name}={str(folder)!r} is the current folder or holds it, and vocabshift replaces output folders as a "
+            "whole: the shell would be left in a deleted folder. Pass a new folder inside it, e.g. 'out'."
+        )
+    if target.exists() and not target.is_dir():
+        raise ModelFolderError(f"{str(folder)!r} is a file: pass a folder path for the output.")
+    if not target.is_dir() or not any(target.iterdir()):
+        return target
+    if holds == "model" and not (target / "config.json").is_file():
+        raise ModelFolderError(
+            f"{str(folder)!r} is a non-empty folder that holds no saved model (no config.json); vocabshift replaces "
+            "output folders as a whole, so it refuses to overwrite it. Pass a new or empty folder."
+        )
+    others = _others(target, _MODEL_FILES if holds == "model" else _TOKENIZER_FILES)
+    if others:
+        more = f" ({len(others)} in all)" if len(others) > 3 else ""
+        raise ModelFolderError(
+            f"{str(folder)!r} holds {', '.join(map(repr, others[:3]))}{more}, which a saved {holds} does not have: "
+            "vocabshift replaces output folders as a whole and would delete them. Pass a new or empty folder, or move "
+            "them out of this one."
+        )
     return target
 
 
-def _check_replaceable(target: Path) -> None:
-    if target.exists() and not target.is_dir():
-        raise ModelFolderError(f"{str(target)!r} is a file: pass a folder path for the output.")
-    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
-        raise ModelFolderError(
-            f"{str(target)!r} is a non-empty folder that holds no saved model (no config.json); vocabshift replaces "
-            "output folders as a whole, so it refuses to overwrite it. Pass a new or empty folder."
-        )
+def _others(folder: Path, names: tuple[str, ...]) -> list[str]:
+    """The entries of `folder` that match none of `names` (patterns; a folder's ends with "/"), sorted."""
+    entries = [entry.name + "/" if entry.is_dir() else entry.name for entry in folder.iterdir()]
+    return sorted(entry for entry in entries if not any(fnmatch.fnmatchcase(entry, name) for name in names))
 
 
 def _remove_leftovers(target: Path) -> None:

@@ -19,7 +19,7 @@ import torch
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
-from ..arguments import check_count, check_output_path, check_positions, check_rate, check_texts
+from ..arguments import check_count, check_output_path, check_positions, check_rate, check_seed, check_texts
 from ..embeddings import find_embeddings
 from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
@@ -178,7 +178,7 @@ def probe(
     counts = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size, "context_length": context_length}
     for name, count in counts.items():
         check_count(count, name=name, minimum=2 if name == "context_length" else 1)
-    check_count(seed, name="seed", minimum=0)
+    check_seed(seed)
     check_rate(learning_rate, name="learning_rate")
     check_rate(weight_decay, name="weight_decay", positive=False)
     if rows not in ROW_CHOICES:

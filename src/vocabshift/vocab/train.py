@@ -31,6 +31,7 @@ __all__ = ["train_tokenizer"]
 logger = logging.getLogger(__name__)
 
 _BYTE_PIECES = [f"<0x{byte:02X}>" for byte in range(256)]
+_MAX_SIZE = 2**20
 _SHORT = 0.95  # below this share of vocab_size the corpus ran out of pieces: worth a word to the user
 
 
@@ -44,7 +45,7 @@ def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: in
     Args:
         texts (`Iterable[str]`): target-language text, one document or line per item (not a path: read the file).
         like: the model's fast tokenizer (or its folder, tokenizer.json or repo id), whose pipeline is copied.
-        vocab_size (`int`): size of the new vocabulary, alphabet and byte pieces included.
+        vocab_size (`int`): size of the new vocabulary, alphabet and byte pieces included (at most 2**20).
         min_frequency (`int`, defaults to 2): minimum count of a merge or piece (BPE and WordPiece).
 
     Returns:
@@ -52,8 +53,8 @@ def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: in
 
     Raises:
         `CorpusError`: `texts` is a string or path, empty, or holds something other than strings.
-        `InvalidArgumentError`: `vocab_size` is not an int above the alphabet `like`'s family needs
-            (`InvalidArgumentTypeError`: not an int at all).
+        `InvalidArgumentError`: `vocab_size` is not an int above the alphabet `like`'s family needs and at most
+            2**20 (`InvalidArgumentTypeError`: not an int at all).
         `InvalidTokenizerError`, `TokenizerLoadError`, `UnsupportedTokenizerError`: `like` is not a usable tokenizer.
 
     Example:
@@ -64,6 +65,9 @@ def train_tokenizer(texts: Iterable[str], *, like: TokenizerLike, vocab_size: in
     if not is_int(vocab_size):  # before the corpus is read; the size is checked against its alphabet below
         raise InvalidArgumentTypeError(f"vocab_size={vocab_size!r} is a {type(vocab_size).__name__}: pass an int, "
                                        "e.g. 16_000.")
+    if vocab_size > _MAX_SIZE:  # the trainer reserves memory for every entry first: a huge one aborts the process
+        raise InvalidArgumentError(f"vocab_size={vocab_size:,} is invalid: pass at most {_MAX_SIZE:,} (typical: "
+                                   "8,000 to 32,000).")
     lines = text_lines(texts)
     like = load_tokenizer(like, argument="like")
     state = backend_state(like)

@@ -15,14 +15,14 @@ other rows cannot move, whatever the weight decay or momentum.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..._typing import Model
-from ...arguments import is_int
+from ...arguments import is_collection, is_int
 from ...embeddings import find_embeddings
 from ...errors import InvalidArgumentError, RecordError
 from ...record import get_record
@@ -91,7 +91,7 @@ def check_rows(rows: Any) -> str | list[int]:
             raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new', 'all' or a list of row ids.")
         return rows
     ids = rows.tolist() if isinstance(rows, (torch.Tensor, np.ndarray)) and rows.ndim == 1 else rows
-    if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Iterable):
+    if not is_collection(ids):
         raise InvalidArgumentError(f"rows={rows!r:.80} is invalid: pass 'new', 'all' or a list of row ids.")
     ids = list(ids)
     if not ids or not all(is_int(i) or isinstance(i, np.integer) for i in ids):
