@@ -60,7 +60,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
-                    "bad-evaluation", "relative-source"):
+                    "bad-evaluation", "relative-source", "float-vocab-size"):
         shutil.copytree(root / "extended", root / damaged)
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
@@ -69,6 +69,9 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     save_file({**tensors, "model.embed_tokens.weight": embeddings[:-64].contiguous()},
               root / "short-embeddings" / "model.safetensors", metadata={"format": "pt"})
     (root / "broken-config" / "config.json").write_text("{\"model_type\": ", encoding="utf-8")
+    config = json.loads((root / "float-vocab-size" / "config.json").read_text(encoding="utf-8"))
+    config["vocab_size"] = float(config["vocab_size"])  # a hand edit transformers' strict config validation refuses
+    (root / "float-vocab-size" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     config = json.loads((root / "bad-record" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["new_token_ranges"] = "all the new ones"  # as a hand edit might leave it
     (root / "bad-record" / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -546,6 +549,12 @@ API = {
                        "license=3 is invalid"),
     "card repo_id='a b'": (lambda w: vocabshift.model_card(w.root / "extended", repo_id="a b"),
                            E.InvalidArgumentError, "repo_id='a b' is not a Hub repo id"),
+    "inspect a config of a wrong field type": (
+        lambda w: vocabshift.inspect_folder(w.root / "float-vocab-size"), E.ModelFolderError,
+        "config.json' cannot be read (StrictDataclassFieldValidationError: Validation error for field 'vocab_size'"),
+    "push a config of a wrong field type": (
+        lambda w: vocabshift.push_to_hub(w.root / "float-vocab-size", "me/x"), E.ModelFolderError,
+        "config.json' cannot be read (StrictDataclassFieldValidationError: Validation error for field 'vocab_size'"),
     "card of a broken config": (lambda w: vocabshift.model_card(w.root / "broken-config"), E.ModelFolderError,
                                 "config.json' cannot be read (JSONDecodeError"),
     "propagate a broken config": (lambda w: vocabshift.propagate(w.root / "broken-config", w.root / "extended",
@@ -792,6 +801,12 @@ CLI = {
     "evaluate a folder without tokenizer": (["evaluate", "{root}/no-tokenizer", "{root}/file.txt"],
                                             "holds no tokenizer"),
     "card of a broken config": (["card", "{root}/broken-config"], "config.json' cannot be read (JSONDecodeError"),
+    "extend a config of a wrong field type": (["extend", "{root}/float-vocab-size", "{extended}", "{root}/out"],
+                                              "cannot be loaded (StrictDataclassFieldValidationError: Validation "
+                                              "error for field 'vocab_size': TypeError: Field 'vocab_size' expected "
+                                              "int, got float"),
+    "evaluate a config of a wrong field type": (["evaluate", "{root}/float-vocab-size", "{root}/ru.txt"],
+                                                "config.json' cannot be read (StrictDataclassFieldValidationError"),
     "gguf over a text file": (["gguf", "{extended}", "{root}/file.txt"], "file.txt' exists and is not a GGUF file"),
     "gguf of a truncated model": (["gguf", "{root}/truncated", "{root}/out.gguf"],
                                   "model.safetensors' is not a valid safetensors file"),

@@ -16,7 +16,7 @@ import transformers
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_repo_id
 from .errors import InvalidArgumentError, ModelFolderError
-from .headers import check_folder_files, read_config
+from .headers import CONFIG_ERRORS, check_folder_files, read_config
 from .save import check_replaceable
 from .vocab.load import load_tokenizer
 
@@ -58,9 +58,10 @@ def load_model(path: str, *, argument: str = "model") -> Model:
         architecture = (config.architectures or ["AutoModel"])[0]
         model, info = getattr(transformers, architecture, transformers.AutoModel).from_pretrained(
             path, output_loading_info=True, ignore_mismatched_sizes=True)  # a mismatch is named below
-    except (OSError, ValueError) as error:  # what transformers raises for missing, unknown or unreadable files
-        raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({type(error).__name__}: {error}): pass a "
-                               "folder written by save_pretrained, or a Hub repo id.") from None
+    except CONFIG_ERRORS as error:  # what transformers raises for missing, unknown or unreadable files
+        why = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({why}): pass a folder written by "
+                               "save_pretrained, or a Hub repo id.") from None
     _check_loaded(info, path, argument)
     return model
 

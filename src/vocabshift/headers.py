@@ -16,14 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from huggingface_hub.errors import HFValidationError
+from huggingface_hub.errors import HFValidationError, StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
+from transformers import AutoConfig, PretrainedConfig
 
 from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
-__all__ = ["ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted", "missing_config",
-           "read_config", "read_header", "read_index", "read_json_object", "read_weight_map"]
+__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted",
+           "load_config", "missing_config", "read_config", "read_header", "read_index", "read_json_object",
+           "read_weight_map"]
+
+# what AutoConfig raises for a config.json it cannot use: an unknown model_type, a field of the wrong type (a
+# hand edit: "vocab_size": 1408.0 fails transformers' strict dataclass validation), a missing field
+CONFIG_ERRORS = (ValueError, OSError, TypeError, KeyError, StrictDataclassError)
 
 ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8,
              "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64,
@@ -59,6 +65,22 @@ def read_config(folder: Path) -> dict[str, Any]:
     if not (folder / "config.json").is_file():
         raise missing_config(folder, repr(str(folder)))
     return read_json_object(folder / "config.json")
+
+
+def load_config(folder: Path) -> PretrainedConfig:
+    """The config of a saved model folder, as transformers reads it (`read_config` first: a missing or corrupted
+    file is named as such).
+
+    Raises:
+        `ModelFolderError`: naming config.json and what transformers found wrong in it.
+    """
+    read_config(folder)
+    try:
+        return AutoConfig.from_pretrained(folder)
+    except CONFIG_ERRORS as error:
+        why = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({why}): it is corrupted, edited by "
+                               "hand or written by a newer transformers; save the model again.") from None
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import transformers
-
 from ._typing import Tokenizer
 from .arguments import check_flag, check_path
 from .embeddings import embedding_names
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
-from .headers import check_weight_map, read_config, read_header, read_weight_map
+from .headers import check_weight_map, load_config, read_config, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
 from .vocab.load import fingerprint, load_tokenizer
@@ -112,13 +110,7 @@ def inspect_folder(folder: str | os.PathLike, *, gguf: bool = False) -> Inspecti
 
 def _read_config(folder: Path) -> tuple[dict[str, Any], Any]:
     """config.json as JSON and as transformers reads it."""
-    raw = read_config(folder)
-    try:
-        config = transformers.AutoConfig.from_pretrained(folder)
-    except (ValueError, OSError, TypeError, KeyError) as error:  # unknown model_type, bad fields
-        raise ModelFolderError(f"{str(folder / 'config.json')!r} cannot be read ({type(error).__name__}: {error}): "
-                               "it is corrupted or written by a newer transformers; save the model again.") from None
-    return raw, config
+    return read_config(folder), load_config(folder)
 
 
 def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:

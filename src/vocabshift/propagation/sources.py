@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import transformers
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -25,7 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import read_config, read_header, read_index
+from ..headers import load_config, read_config, read_header, read_index
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 
@@ -167,7 +166,7 @@ def find_layout(source: Source) -> Layout:
     else:
         raise ModelFolderError(f"{source.role}={source.name!r} has no safetensors weights ({SINGLE} or {INDEX}): "
                                "propagate reads safetensors only; load the model and save_pretrained it again.")
-    names = embedding_names(transformers.AutoConfig.from_pretrained(source.folder))
+    names = embedding_names(load_config(source.folder))
     sides = _embedding_keys(source, names, weight_map)
     bias = next((key for name in names.bias if (key := _stored_key(weight_map, name))), None)
     return Layout(weight_map, index, sides, names.tied, bias)

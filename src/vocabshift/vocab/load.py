@@ -8,12 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub.errors import StrictDataclassError
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .._typing import Tokenizer as FastTokenizer
 from ..arguments import check_repo_id
 from ..errors import InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
+from ..headers import load_config
 
 __all__ = ["fingerprint", "load_tokenizer"]
 
@@ -62,6 +64,8 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
             return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))
         tokenizer = AutoTokenizer.from_pretrained(str(value))
     except Exception as error:  # the loaders raise many types; the message is what users need
+        if isinstance(error, StrictDataclassError) and path.is_dir():  # AutoTokenizer reads config.json too
+            load_config(path)  # names config.json and its field
         missing = path.is_dir() and not Path(path, "tokenizer.json").is_file()
         raise TokenizerLoadError(
             f"Could not load {argument}={str(value)!r}{' (a folder without tokenizer.json)' if missing else ''}: "
