@@ -60,7 +60,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
-                    "bad-evaluation", "relative-source", "float-vocab-size"):
+                    "bad-evaluation", "relative-source", "float-vocab-size", "no-weights"):
         shutil.copytree(root / "extended", root / damaged)
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
@@ -81,6 +81,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config = json.loads((root / "bad-evaluation" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (root / "no-weights" / "model.safetensors").unlink()
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -447,6 +448,19 @@ API = {
     "merge keep without texts": (lambda w: vocabshift.merge_tokenizers(w.source, w.new, keep_source_segmentation=True),
                                  E.InvalidArgumentError, "keep_source_segmentation=True needs source_texts"),
     "align source=42": (lambda w: vocabshift.align(42, w.new), E.InvalidTokenizerError, "source is a int"),
+    "probe with another model's source_tokenizer": (  # the original was scored with it: a raw IndexError
+        lambda w: vocabshift.probe(w.model, w.new, w.ru[:30], w.ru[30:40], methods=["mean"], steps=1,
+                                   source_tokenizer=w.new), E.TokenizerMismatchError,
+        "source_tokenizer has 900 tokens but Qwen2ForCausalLM has"),
+    "probe output_dir inside the model's folder": (
+        lambda w: vocabshift.probe(Qwen2ForCausalLM.from_pretrained(w.root / "extended"), w.new, w.ru[:30],
+                                   w.ru[30:40], methods=["mean"], steps=1, output_dir=w.root / "extended" / "probe"),
+        E.InvalidArgumentError,
+        "/probe' is inside the input model="),
+    "probe objectives twice": (
+        lambda w: vocabshift.probe(w.model, w.new, w.ru[:30], w.ru[30:40], methods=["mean"], steps=1,
+                                   objectives=["next_token", "next_token"]), E.InvalidArgumentError,
+        "objectives=['next_token', 'next_token'] names an objective more than once"),
     "tokens_per_word texts=a dataset's batch": (lambda w: vocabshift.tokens_per_word(w.source, {"text": w.ru}),
                                                 E.CorpusError, "texts is a dict (a dataset's batch of columns?): "
                                                 "pass its column of lines, e.g. batch['text']"),
@@ -560,6 +574,9 @@ API = {
     "propagate a broken config": (lambda w: vocabshift.propagate(w.root / "broken-config", w.root / "extended",
                                                                  w.root / "extended", output_dir=w.root / "out-9"),
                                   E.ModelFolderError, "config.json' cannot be read (JSONDecodeError"),
+    "gguf of a folder without weights": (  # the converter wrote a GGUF without tensors
+        lambda w: vocabshift.export_gguf(w.root / "no-weights", w.root / "out.gguf"), E.ModelFolderError,
+        "no-weights' has no *.safetensors weights: pass a folder written by save_pretrained, or vocab_only=True"),
     "gguf of a truncated shard": (lambda w: vocabshift.export_gguf(w.root / "truncated", w.root / "out.gguf"),
                                   E.ShardError, "model.safetensors' is not a valid safetensors file"),
     "inspect gguf='yes'": (lambda w: vocabshift.inspect_folder(w.root / "extended", gguf="yes"),

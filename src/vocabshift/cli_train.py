@@ -23,6 +23,7 @@ from .save import atomic_folder, atomic_write_text, save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
 from .training.distill.teacher import changed_by_training
 from .training.plots import plot_curves, require_matplotlib
+from .training.probing import check_output_dir
 from .vocab.load import fingerprint, load_tokenizer
 
 __all__: list[str] = []
@@ -254,7 +255,7 @@ def _rewrite_record(folder: Path, model: Model) -> None:
     arg("--output-dir", default="probe", help="where to write probe.md and probe.png (default: ./probe)"),
 )
 def cmd_probe(args: argparse.Namespace) -> int:
-    _check_probe_output(args)
+    check_output_dir(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer)  # before loading
     for flag, values in (("--methods", args.methods), ("--objectives", args.objectives or [])):
         if repeated := sorted({value for value in values if values.count(value) > 1}):
             raise InvalidArgumentError(f"{flag} names {', '.join(repeated)} more than once: name each once.")
@@ -269,14 +270,3 @@ def cmd_probe(args: argparse.Namespace) -> int:
                    output_dir=args.output_dir)
     print(result)
     return 0
-
-
-def _check_probe_output(args: argparse.Namespace) -> None:
-    """--output-dir gets probe.md and probe.png: never inside an input folder, which vocabshift never modifies."""
-    target = Path(args.output_dir).resolve()
-    for name in ("model", "new_tokenizer"):
-        folder = Path(getattr(args, name))
-        if folder.is_dir() and target.is_relative_to(folder.resolve()):
-            raise InvalidArgumentError(f"--output-dir {args.output_dir!r} is inside the input {name}="
-                                       f"{getattr(args, name)!r}, which vocabshift never modifies: pass another "
-                                       "folder.")

@@ -25,6 +25,7 @@ from ..arguments import check_choice, check_flag, check_output_path, check_path
 from ..errors import (
     ConversionError,
     InvalidArgumentError,
+    ModelFolderError,
     OutputExistsError,
     TokenizerMismatchError,
     UnknownPreTokenizerError,
@@ -73,7 +74,8 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
         `Path`: `output_path`.
 
     Raises:
-        `ModelFolderError`: `model_dir` is not a folder with config.json (a JSON object).
+        `ModelFolderError`: `model_dir` is not a folder with config.json (a JSON object), or (unless `vocab_only`)
+            has no `*.safetensors` weights.
         `ShardError`: a truncated or corrupted `*.safetensors` file or shard index.
         `InvalidArgumentError`: a bad `outtype` or `output_path`; replace mode without `source_tokenizer`;
             `source_tokenizer` for a folder without a record.
@@ -97,7 +99,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
     check_flag(vocab_only, name="vocab_only")
     record = find_record(read_config(folder))
     if not vocab_only:  # a truncated or corrupted shard fails now, not inside the converter
-        check_folder_files(folder, sorted(path.name for path in folder.iterdir()))
+        _check_weights(folder)
     if record is None and source_tokenizer is not None:
         raise InvalidArgumentError(f"source_tokenizer is given, but model_dir={str(folder)!r} carries no vocabshift "
                                    "record to check it against: leave it out (the folder's own tokenizer names its "
@@ -111,6 +113,16 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
                                                                    source_tokenizer=source_tokenizer)
         _convert(converter, folder, original, output, ["--outtype", outtype] + (["--vocab-only"] if vocab_only else []))
     return output
+
+
+def _check_weights(folder: Path) -> None:
+    """Safetensors weights, each shard whole (the converter writes a GGUF without tensors from a folder without
+    any, and fails on a truncated one)."""
+    files = sorted(path.name for path in folder.iterdir())
+    if not any(name.endswith(".safetensors") for name in files):
+        raise ModelFolderError(f"model_dir={str(folder)!r} has no *.safetensors weights: pass a folder written by "
+                               "save_pretrained, or vocab_only=True for the vocabulary alone.")
+    check_folder_files(folder, files)
 
 
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:

@@ -20,7 +20,7 @@ from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
 from ..arguments import check_count, check_output_path, check_positions, check_rate, check_seed, check_texts
-from ..embeddings import find_embeddings
+from ..embeddings import check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
 from ..record import get_record
@@ -39,7 +39,7 @@ from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
 from .texts import pack_texts
 
-__all__ = ["ProbeResult", "probe"]
+__all__ = ["ProbeResult", "check_output_dir", "probe"]
 
 _OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),  # probe's loop reads no source text:
                "distillation": DistillationWeights(source=0.0)}  # its report says so
@@ -173,6 +173,9 @@ def probe(
         raise InvalidArgumentError(f"objectives={objectives!r} is invalid: pass a list, e.g. ['next_token', "
                                    "'distillation'].")
     weights = {_label(o): _weights(o) for o in objectives}
+    if len(weights) < len(objectives):
+        raise InvalidArgumentError(f"objectives={list(objectives)!r} names an objective more than once: name each "
+                                   "once.")
     train_texts = check_texts(train_texts, name="train_texts")
     held_out_texts = check_texts(held_out_texts, name="held_out_texts")
     counts = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size, "context_length": context_length}
@@ -184,13 +187,14 @@ def probe(
     if rows not in ROW_CHOICES:
         raise InvalidArgumentError(f"rows={rows!r} is invalid: pass 'new' or 'all'.")
     if output_dir is not None:  # fail now, not after the whole run
-        _check_output(check_output_path(output_dir, name="output_dir"))
+        check_output_dir(output_dir, model=getattr(model, "name_or_path", None), new_tokenizer=new_tokenizer)
         require_matplotlib()
-    check_causal_lm(model, argument="model")
+    embeddings = check_causal_lm(model, argument="model")
     check_positions(model, context_length, name="context_length", argument="model")
     new_tokenizer = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
+    check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")  # before the original is scored
     with eval_mode(model):
         original = bits_per_byte(model, source, held_out_texts)
     curves, seconds, data = {}, {}, None
@@ -293,10 +297,23 @@ def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeig
     return curve
 
 
-def _check_output(folder: Path) -> None:
+def check_output_dir(output_dir: Any, **inputs: Any) -> Path:
+    """The folder probe writes probe.md and probe.png into: no file, and never inside an input folder (`inputs`:
+    their paths by argument name; what is no existing folder, a Hub id or an object, is skipped).
+
+    Raises:
+        `ModelFolderError`: a file. `InvalidArgumentError`: inside an input folder, or no path.
+    """
+    folder = check_output_path(output_dir, name="output_dir")
     if folder.exists() and not folder.is_dir():
-        raise ModelFolderError(f"output_dir={str(folder)!r} is a file: pass a folder, where probe writes probe.md and "
-                               "probe.png.")
+        raise ModelFolderError(f"output_dir={str(output_dir)!r} is a file: pass a folder, where probe writes probe.md "
+                               "and probe.png.")
+    for name, value in inputs.items():
+        given = isinstance(value, (str, os.PathLike)) and str(value) != "" and Path(value).is_dir()
+        if given and folder.resolve().is_relative_to(Path(value).resolve()):
+            raise InvalidArgumentError(f"output_dir={str(output_dir)!r} is inside the input {name}={str(value)!r}, "
+                                       "which vocabshift never modifies: pass another folder.")
+    return folder
 
 
 def _write(result: ProbeResult, folder: Path) -> ProbeResult:
