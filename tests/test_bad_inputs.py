@@ -82,6 +82,11 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (root / "no-weights" / "model.safetensors").unlink()
+    (root / "blobs").mkdir()  # a Hugging Face cache: a snapshot's files are links to blobs other snapshots share
+    (root / "snapshot").mkdir()
+    for file in (root / "extended").iterdir():
+        shutil.copy(file, root / "blobs" / file.name)
+        (root / "snapshot" / file.name).symlink_to(root / "blobs" / file.name)
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -796,6 +801,9 @@ CLI = {
         "the record's source_model 'base-model' (where extend read the model), which cannot be loaded from here ("),
     "evaluate against itself": (["evaluate", "{extended}", "{root}/file.txt", "--original-model", "{extended}/"],
                                 "is the model itself, so the comparison would show two equal rows"),
+    "evaluate a cache snapshot into its record": (  # it wrote into the blob every snapshot links to
+        ["evaluate", "{root}/snapshot", "{root}/ru.txt", "--add-to-record"],
+        "/blobs/config.json' that other copies (a Hugging Face cache's snapshots) share and the cache checks by hash"),
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),

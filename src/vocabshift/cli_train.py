@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -204,6 +205,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.add_to_record and not (Path(args.model) / "config.json").is_file():
         raise InvalidArgumentError(f"--add-to-record writes into the config.json of model={args.model!r}, which is no "
                                    "local folder: download it first, or leave --add-to-record out.")
+    if args.add_to_record and (Path(args.model) / "config.json").is_symlink():  # a Hub cache snapshot's: shared
+        raise InvalidArgumentError(
+            f"--add-to-record writes into the config.json of model={args.model!r}, a link to "
+            f"{os.path.realpath(Path(args.model) / 'config.json')!r} that other copies (a Hugging Face cache's "
+            "snapshots) share and the cache checks by hash: evaluate a copy (hf download --local-dir, or "
+            "save_pretrained), or leave --add-to-record out."
+        )
     tokenizer, model = model_tokenizer(args.model), load_model(args.model)
     if args.add_to_record and find_record(model) is None:  # before the evaluation, not after it
         raise RecordError(f"--add-to-record: model={args.model!r} carries no vocabshift record to add the evaluation "
