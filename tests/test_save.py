@@ -297,3 +297,14 @@ def test_the_output_folder_has_the_permissions_the_umask_gives(tmp_path):
         os.umask(previous)
     assert folder.stat().st_mode & 0o777 == 0o755
     assert {path.stat().st_mode & 0o777 for path in folder.iterdir()} == {0o644}
+
+
+@pytest.mark.parametrize("name", ["м" * 120, "run[1]*"])  # 240 bytes (siblings' names would pass 255), glob syntax
+def test_long_and_glob_names_get_their_siblings(tmp_path, name):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    folder = tmp_path / name
+    leftover = save._sibling(folder, "tmp").with_name(save._prefix(folder, "tmp") + f"{int(dead.stdout)}-abc")
+    leftover.mkdir()  # a killed save's
+    vocabshift.save_pretrained_atomic(tiny(0), None, folder)
+    vocabshift.save_pretrained_atomic(tiny(1), None, folder)
+    assert (folder / "model.safetensors").is_file() and siblings(folder) == []

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import errno
 import fnmatch
+import glob
 import logging
 import os
 import secrets
@@ -34,7 +35,7 @@ __all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceab
 
 logger = logging.getLogger(__name__)
 
-_TEMP = ".{name}.vocabshift-{kind}-{pid}-"
+_NAME_BYTES = 180  # of the output's name in its siblings': with the rest, within the 255 bytes a name may have
 # What the folder of a saved tokenizer, and of a saved model, holds: what save_pretrained writes for a causal LM and
 # its tokenizer, and what vocabshift adds (the card, the loss curve, the license files propagate copies). An output
 # folder is replaced only when it holds nothing else: never a project, a Trainer's output_dir with its checkpoints or
@@ -259,8 +260,9 @@ def _remove_leftovers(target: Path) -> None:
     """Delete temporary siblings of `target` (folders, or a file's `part`) whose process is gone (killed
     mid-write)."""
     for kind in ("tmp", "old", "part"):
-        for path in target.parent.glob(_TEMP.format(name=target.name, kind=kind, pid="*") + "*"):
-            pid = path.name[len(f".{target.name}.vocabshift-{kind}-"):].split("-", 1)[0]
+        prefix = _prefix(target, kind)
+        for path in target.parent.glob(glob.escape(prefix) + "*"):
+            pid = path.name[len(prefix):].split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
                 previous = path / target.name
                 if kind == "old" and previous.is_dir() and not target.exists():  # killed between the two renames
@@ -293,7 +295,13 @@ def _sibling_folder(target: Path, kind: str) -> Path:
 def _sibling(target: Path, kind: str) -> Path:
     """A path beside `target` for this process's temporary `kind` ("tmp", "old", "part"), unique among its writers
     and named so that `_remove_leftovers` finds it once the process is gone."""
-    return target.with_name(_TEMP.format(name=target.name, kind=kind, pid=os.getpid()) + secrets.token_hex(4))
+    return target.with_name(f"{_prefix(target, kind)}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _prefix(target: Path, kind: str) -> str:
+    """What the names of `target`'s temporary `kind` siblings start with (its name cut to `_NAME_BYTES`)."""
+    name = target.name.encode()[:_NAME_BYTES].decode(errors="ignore")
+    return f".{name}.vocabshift-{kind}-"
 
 
 def _as_the_umask_gives(folder: Path) -> None:
