@@ -179,7 +179,7 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
                           (dict(learning_rate=0.0), "learning_rate=0.0 is invalid: pass a finite number > 0"),
                           (dict(learning_rate=float("nan")), "learning_rate=nan is invalid"),
                           (dict(weight_decay=-0.1), "weight_decay=-0.1 is invalid: pass a finite number >= 0"),
-                          (dict(seed=-1), "seed=-1 is invalid: pass an int >= 0"),
+                          (dict(seed=-1), r"seed=-1 is invalid: pass an int in \[0, 2\*\*32\)"),
                           (dict(eval_every="2"), "eval_every='2' is a str"),
                           (dict(train_texts="text"), "train_texts is a str: pass a non-empty list of strings"),
                           (dict(held_out_texts=[]), "held_out_texts is empty")):
