@@ -57,7 +57,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
-                    "bad-evaluation", "relative-source"):
+                    "bad-evaluation", "relative-source", "bad-history"):
         shutil.copytree(root / "extended", root / damaged)
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
@@ -72,6 +72,9 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config = json.loads((root / "relative-source" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["source_model"] = "base-model"  # extend was run where a folder base-model/ was
     (root / "relative-source" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    config = json.loads((root / "bad-history" / "config.json").read_text(encoding="utf-8"))
+    config["vocabshift"]["cpt"] = [{"steps": 3, "command": [1, 2]}]  # a hand edit: numbers where words go
+    (root / "bad-history" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     config = json.loads((root / "bad-evaluation" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -519,6 +522,10 @@ API = {
                        "license=3 is invalid"),
     "card repo_id='a b'": (lambda w: vocabshift.model_card(w.root / "extended", repo_id="a b"),
                            E.InvalidArgumentError, "repo_id='a b' is not a Hub repo id"),
+    "card of a damaged CPT command": (lambda w: vocabshift.model_card(w.root / "bad-history"), E.RecordError,
+                                      "'cpt'[0]['command'] is [1, 2]"),
+    "push a damaged CPT command": (lambda w: vocabshift.push_to_hub(w.root / "bad-history", "me/x", token="hf_x"),
+                                   E.ModelFolderError, "'cpt'[0]['command'] is [1, 2]"),
     "card of a broken config": (lambda w: vocabshift.model_card(w.root / "broken-config"), E.ModelFolderError,
                                 "config.json' cannot be read (JSONDecodeError"),
     "propagate a broken config": (lambda w: vocabshift.propagate(w.root / "broken-config", w.root / "extended",
@@ -659,6 +666,19 @@ DAMAGED_RECORDS = {
                                            "'decompositions' holds "),
     "record decompositions unpacked": (_record(decompositions={"ids": "x", "lengths": "y"}),
                                        "a packed id list is corrupted"),
+    "record CPT command of numbers": (_record(cpt=[{"command": [1, 2]}]), "'cpt'[0]['command'] is [1, 2], where "
+                                      "vocabshift writes a list of strings"),
+    "record propagation command of a number": (_record(propagation=[{"command": 5}]),
+                                               "'propagation'[0]['command'] is 5"),
+    "record propagation command of an open quote": (_record(propagation=[{"command": "vocabshift 'propagate"}]),
+                                                    "'propagation'[0]['command'] is \"vocabshift 'propagate\""),
+    "record tokens_dropped of a str": (_record(tokenizer_report={"tokens_dropped": "many"}),
+                                       "'tokenizer_report'['tokens_dropped'] is 'many', where vocabshift writes a "
+                                       "whole number"),
+    "record source_lines_changed of a str": (_record(tokenizer_report={"source_lines_changed": "0.5"}),
+                                             "'tokenizer_report'['source_lines_changed'] is '0.5', where vocabshift "
+                                             "writes a number or null"),
+    "record source_is_folder of a str": (_record(source_is_folder="yes"), "'source_is_folder' is 'yes'"),
 }
 API.update({name: (call, E.RecordError, message) for name, (call, message) in DAMAGED_RECORDS.items()})
 
@@ -783,6 +803,7 @@ CLI = {
                                                           "--context-length=10000000 is longer than the "),
     "card of a damaged record": (["card", "{root}/bad-record"], "'new_token_ranges' is 'all the new ones'"),
     "card of a damaged evaluation": (["card", "{root}/bad-evaluation"], "damaged: an entry of 'evaluations' is "),
+    "card of a damaged CPT command": (["card", "{root}/bad-history"], "'cpt'[0]['command'] is [1, 2]"),
     "train a damaged record": (["train", "{root}/bad-record", "{root}/file.txt", "{root}/out"],
                                "Restore config.json from the folder vocabshift saved"),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
