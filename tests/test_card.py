@@ -241,3 +241,15 @@ def test_a_relative_source_folder_is_no_base_model(tmp_path, monkeypatch, loopba
         assert vocabshift.model_card("out", language="ru", license="mit").data.base_model is None
     assert "source_model 'models/base' may be a local folder" in caplog.text
     assert loopback_hub.requests == []
+
+
+def test_a_base_readme_that_is_not_utf8_is_read_on_without_its_metadata(tmp_path, monkeypatch, caplog):
+    """The base model's README.md only lends license and languages: one that is not UTF-8 is said in a warning
+    naming it (it was a raw UnicodeDecodeError), and the card is made without them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base-model").mkdir()
+    (tmp_path / "base-model" / "README.md").write_bytes(BASE_README.encode("utf-16"))
+    with caplog.at_level(logging.WARNING):
+        card = vocabshift.model_card(write_folder(tmp_path / "tiny-ru", make_record()), language="ru")
+    assert card.data.license is None and card.data.language == ["ru"]
+    assert "Could not read the card of the base model base-model/README.md (UnicodeDecodeError)" in caplog.text

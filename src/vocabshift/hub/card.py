@@ -188,17 +188,19 @@ def _warn_missing(**fields: Any) -> None:
 
 
 def _base_metadata(record: ExtensionRecord, base: str | list[str] | None) -> dict[str, Any]:
-    """The base model card's metadata: the source folder's README.md, else the card of the source (or base) repo."""
+    """The base model card's metadata: the source folder's README.md, else the card of the source (or base) repo.
+
+    It only fills license and languages, so a card that cannot be read (offline, a missing repo, a README.md that is
+    not UTF-8) is said in a warning, and the card is made without them (the warning of `_warn_missing` follows)."""
     source_model = record.original_source_model
     readme = Path(source_model) / "README.md" if source_model else None
-    if readme is not None and readme.is_file():
-        return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
-    repo = named_repo(_first(record)) or (base[0] if isinstance(base, list) else base)
-    if repo is None:
+    card = readme if readme is not None and readme.is_file() else (
+        named_repo(_first(record)) or (base[0] if isinstance(base, list) else base))
+    if card is None:
         return {}
     try:
-        return ModelCard.load(repo, ignore_metadata_errors=True).data.to_dict()
-    except (OSError, httpx.HTTPError) as error:  # offline, missing repo or README, Hub errors
+        return ModelCard.load(card, ignore_metadata_errors=True).data.to_dict()
+    except (OSError, httpx.HTTPError, UnicodeDecodeError) as error:  # offline, no repo or README, Hub errors, bytes
         logger.warning("Could not read the card of the base model %s (%s): its license and languages are not "
-                       "inherited.", repo, type(error).__name__)
+                       "inherited.", card, type(error).__name__)
         return {}
