@@ -527,6 +527,12 @@ API = {
                            E.InvalidArgumentError, "repo_id='a b' is not a Hub repo id"),
     "card of a damaged CPT command": (lambda w: vocabshift.model_card(w.root / "bad-history"), E.RecordError,
                                       "'cpt'[0]['command'] is [1, 2]"),
+    **{f"push a token {what}": (lambda w, token=token: vocabshift.push_to_hub(w.root / "extended", "me/x",
+                                                                              token=token),
+                                E.InvalidArgumentError, f"token holds a character an HTTP header cannot carry (a "
+                                f"space, a line break or a non-ASCII letter, at position {at} of")
+       for what, token, at in [("ending in a line break", "hf_secret\n", 9), ("of Cyrillic letters", "hf_токен", 3),
+                               ("with a space", "hf_se cret", 5)]},
     "push a damaged CPT command": (lambda w: vocabshift.push_to_hub(w.root / "bad-history", "me/x", token="hf_x"),
                                    E.ModelFolderError, "'cpt'[0]['command'] is [1, 2]"),
     "card of a broken config": (lambda w: vocabshift.model_card(w.root / "broken-config"), E.ModelFolderError,
@@ -830,6 +836,9 @@ WITHOUT_HUB = {
     "push to a Hub that does not answer": (["push", "{extended}", "me/x"],
                                            {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused"},
                                            "the Hub at http://127.0.0.1:9 could not be reached (ConnectError"),
+    "push with an HF_TOKEN of Cyrillic letters": (["push", "{extended}", "me/x"],
+                                                  {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_токен"},
+                                                  "HF_TOKEN holds a character an HTTP header cannot carry"),
     "propagate a Hub id offline": (["propagate", "me/adapted", "{extended}", "{extended}", "{root}/out"],
                                    {"HF_HUB_OFFLINE": "1"}, "adapted='me/adapted' is not a local folder, and the Hub "
                                    "could not be asked for it (OfflineModeIsEnabled"),
@@ -865,6 +874,12 @@ def test_cli(w, case):
     assert done.returncode in (1, 2), done.stderr
     assert "Traceback" not in done.stderr and message in done.stderr, done.stderr
     assert _state(w)[2] == before[2] and not (w.root / "out").exists()
+
+
+def test_a_refused_token_is_never_printed(w):
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        vocabshift.push_to_hub(w.root / "extended", "me/x", token="hf_sécret")
+    assert "sécret" not in str(info.value) and "at position 4 of 9" in str(info.value)
 
 
 def test_card_output_in_folders_to_create(w, tmp_path):
