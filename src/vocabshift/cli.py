@@ -251,16 +251,20 @@ def cmd_gguf(args: argparse.Namespace) -> int:
     "tokenizer round trip, serving (every id a token, tensor-parallel splits, tokenizer.model in step). Exits with 1 "
     "when a problem is found.",
     arg("folder", help="model folder written by save_pretrained"),
-    arg("--json", action="store_true", help="print the record as JSON only"),
+    arg("--json", action="store_true", help="print the record as JSON only (null for a folder without one); notes "
+        "and problems go to stderr"),
     arg("--gguf", action="store_true", help="also check that the folder converts to GGUF (llama.cpp's converter, "
         "vocabulary only; downloaded once, as for `vocabshift gguf`)"),
 )
 def cmd_inspect(args: argparse.Namespace) -> int:
     report = inspect_folder(args.folder, gguf=args.gguf)
-    if report.record is not None:
-        print(json.dumps(record_summary(report.record), indent=2, ensure_ascii=False))
+    if report.record is not None or args.json:  # null: no record (or a damaged one, among the problems)
+        print(json.dumps(report.record and record_summary(report.record), indent=2, ensure_ascii=False))
     if not args.json:
         print(report)
+        return 0 if report.ok else 1
+    for line in [f"note: {note}" for note in report.notes] + [f"PROBLEM: {p}" for p in report.problems]:
+        print(line, file=sys.stderr)  # stdout stays one JSON value
     return 0 if report.ok else 1
 
 
