@@ -60,7 +60,8 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
-                    "bad-evaluation", "relative-source", "float-vocab-size", "no-weights"):
+                    "bad-evaluation", "relative-source", "float-vocab-size", "no-weights", "bad-history",
+                    "utf16-readme"):
         shutil.copytree(root / "extended", root / damaged)
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
@@ -78,6 +79,10 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config = json.loads((root / "relative-source" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["source_model"] = "base-model"  # extend was run where a folder base-model/ was
     (root / "relative-source" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (root / "utf16-readme" / "README.md").write_bytes("# my notes\n".encode("utf-16"))  # not UTF-8
+    config = json.loads((root / "bad-history" / "config.json").read_text(encoding="utf-8"))
+    config["vocabshift"]["cpt"] = [{"steps": 3, "command": [1, 2]}]  # a hand edit: numbers where words go
+    (root / "bad-history" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     config = json.loads((root / "bad-evaluation" / "config.json").read_text(encoding="utf-8"))
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -564,6 +569,8 @@ API = {
                              E.InvalidArgumentTypeError, "datasets=[None] is invalid"),
     "card base_model=''": (lambda w: vocabshift.model_card(w.root / "extended", base_model=""),
                            E.InvalidArgumentTypeError, "base_model='' is invalid"),
+    "card base_model='org/m--v2'": (lambda w: vocabshift.model_card(w.root / "extended", base_model="org/m--v2"),
+                                    E.InvalidArgumentError, "base_model='org/m--v2' is not a Hub repo id"),
     "card license=3": (lambda w: vocabshift.model_card(w.root / "extended", license=3), E.InvalidArgumentTypeError,
                        "license=3 is invalid"),
     "card repo_id='a b'": (lambda w: vocabshift.model_card(w.root / "extended", repo_id="a b"),
@@ -574,6 +581,16 @@ API = {
     "push a config of a wrong field type": (
         lambda w: vocabshift.push_to_hub(w.root / "float-vocab-size", "me/x"), E.ModelFolderError,
         "config.json' cannot be read (StrictDataclassFieldValidationError: Validation error for field 'vocab_size'"),
+    "card of a damaged CPT command": (lambda w: vocabshift.model_card(w.root / "bad-history"), E.RecordError,
+                                      "'cpt'[0]['command'] is [1, 2]"),
+    **{f"push a token {what}": (lambda w, token=token: vocabshift.push_to_hub(w.root / "extended", "me/x",
+                                                                              token=token),
+                                E.InvalidArgumentError, f"token holds a character an HTTP header cannot carry (a "
+                                f"space, a line break or a non-ASCII letter, at position {at} of")
+       for what, token, at in [("ending in a line break", "hf_secret\n", 9), ("of Cyrillic letters", "hf_токен", 3),
+                               ("with a space", "hf_se cret", 5)]},
+    "push a damaged CPT command": (lambda w: vocabshift.push_to_hub(w.root / "bad-history", "me/x", token="hf_x"),
+                                   E.ModelFolderError, "'cpt'[0]['command'] is [1, 2]"),
     "card of a broken config": (lambda w: vocabshift.model_card(w.root / "broken-config"), E.ModelFolderError,
                                 "config.json' cannot be read (JSONDecodeError"),
     "propagate a broken config": (lambda w: vocabshift.propagate(w.root / "broken-config", w.root / "extended",
@@ -717,6 +734,19 @@ DAMAGED_RECORDS = {
                                            "'decompositions' holds "),
     "record decompositions unpacked": (_record(decompositions={"ids": "x", "lengths": "y"}),
                                        "a packed id list is corrupted"),
+    "record CPT command of numbers": (_record(cpt=[{"command": [1, 2]}]), "'cpt'[0]['command'] is [1, 2], where "
+                                      "vocabshift writes a list of strings"),
+    "record propagation command of a number": (_record(propagation=[{"command": 5}]),
+                                               "'propagation'[0]['command'] is 5"),
+    "record propagation command of an open quote": (_record(propagation=[{"command": "vocabshift 'propagate"}]),
+                                                    "'propagation'[0]['command'] is \"vocabshift 'propagate\""),
+    "record tokens_dropped of a str": (_record(tokenizer_report={"tokens_dropped": "many"}),
+                                       "'tokenizer_report'['tokens_dropped'] is 'many', where vocabshift writes a "
+                                       "whole number"),
+    "record source_lines_changed of a str": (_record(tokenizer_report={"source_lines_changed": "0.5"}),
+                                             "'tokenizer_report'['source_lines_changed'] is '0.5', where vocabshift "
+                                             "writes a number or null"),
+    "record source_is_folder of a str": (_record(source_is_folder="yes"), "'source_is_folder' is 'yes'"),
 }
 API.update({name: (call, E.RecordError, message) for name, (call, message) in DAMAGED_RECORDS.items()})
 
@@ -858,6 +888,13 @@ CLI = {
                                                           "--context-length=10000000 is longer than the "),
     "card of a damaged record": (["card", "{root}/bad-record"], "'new_token_ranges' is 'all the new ones'"),
     "card of a damaged evaluation": (["card", "{root}/bad-evaluation"], "damaged: an entry of 'evaluations' is "),
+    "card of a damaged CPT command": (["card", "{root}/bad-history"], "'cpt'[0]['command'] is [1, 2]"),
+    "card over a README that is not UTF-8": (["card", "{root}/utf16-readme"], "utf16-readme/README.md' exists and "
+                                             "was not generated by vocabshift: pass --force to overwrite it."),
+    **{f"card over the model's {name} with --force": (
+        ["card", "{extended}", "--output", f"{{extended}}/{name}", "--force"],
+        f"/extended/{name}' is a file of the model folder itself (its config, weights or tokenizer): the card would "
+        "replace it, --force or not") for name in ("config.json", "model.safetensors", "tokenizer.json")},
     "train a damaged record": (["train", "{root}/bad-record", "{root}/file.txt", "{root}/out"],
                                "Restore config.json from the folder vocabshift saved"),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
@@ -875,6 +912,9 @@ WITHOUT_HUB = {
     "push to a Hub that does not answer": (["push", "{extended}", "me/x"],
                                            {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_unused"},
                                            "the Hub at http://127.0.0.1:9 could not be reached (ConnectError"),
+    "push with an HF_TOKEN of Cyrillic letters": (["push", "{extended}", "me/x"],
+                                                  {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_токен"},
+                                                  "HF_TOKEN holds a character an HTTP header cannot carry"),
     "propagate a Hub id offline": (["propagate", "me/adapted", "{extended}", "{extended}", "{root}/out"],
                                    {"HF_HUB_OFFLINE": "1"}, "adapted='me/adapted' is not a local folder, and the Hub "
                                    "could not be asked for it (OfflineModeIsEnabled"),
@@ -910,6 +950,26 @@ def test_cli(w, case):
     assert done.returncode in (1, 2), done.stderr
     assert "Traceback" not in done.stderr and message in done.stderr, done.stderr
     assert _state(w)[2] == before[2] and not (w.root / "out").exists()
+
+
+def test_a_refused_token_is_never_printed(w):
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        vocabshift.push_to_hub(w.root / "extended", "me/x", token="hf_sécret")
+    assert "sécret" not in str(info.value) and "at position 4 of 9" in str(info.value)
+
+
+def test_card_output_in_folders_to_create(w, tmp_path):
+    """`--output` in folders that do not exist yet creates them, as `ModelCard.save` does (it ended in a raw
+    FileNotFoundError naming the temporary file); a README that is not UTF-8 is replaced with --force."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    for argv in (["--output", str(tmp_path / "new" / "sub" / "README.md")],
+                 ["--output", str(tmp_path / "README.md"), "--force"]):
+        (tmp_path / "README.md").write_bytes("# notes\n".encode("utf-16"))
+        done = subprocess.run([sys.executable, "-m", "vocabshift", "card", str(w.root / "extended"), *argv],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "Generated by vocabshift" in Path(argv[1]).read_text(encoding="utf-8")
+    assert sorted(p.name for p in (tmp_path / "new" / "sub").iterdir()) == ["README.md"]
 
 
 def _file_size_limit(limit: int):

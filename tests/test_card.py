@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -31,9 +32,11 @@ language:
 
 def make_record(**changes) -> ExtensionRecord:
     """A deterministic record: 40 old tokens, 24 new ones (ids 40-63) with short decompositions, made by a call
-    from Python (its command as extend_vocabulary stores it)."""
+    from Python (its command as extend_vocabulary stores it) on a model read from a folder (`source_is_folder=False`
+    for a Hub id)."""
     fields = dict(
         method="subword", mode="extend", seed=0, source_model="base-model", source_revision=None,
+        source_is_folder=True,
         old_vocab_size=40, old_num_rows=40, new_vocab_size=64, new_num_rows=64, tied=True,
         new_token_ranges=[[40, 64]], special_tokens={"<|endoftext|>": 0},
         source_tokenizer_sha256="a" * 64, new_tokenizer_sha256="b" * 64, tokenizer_sha256="c" * 64,
@@ -100,7 +103,7 @@ def test_card_of_a_model_extended_twice_names_the_first_base(tmp_path, loopback_
     api = HfApi()
     api.create_repo("org/base-7b")
     api.upload_file(path_or_fileobj=BASE_README.encode(), path_in_repo="README.md", repo_id="org/base-7b")
-    first = make_record(source_model="org/base-7b", cpt=[{"rows": "new", "steps": 200}])
+    first = make_record(source_model="org/base-7b", source_is_folder=False, cpt=[{"rows": "new", "steps": 200}])
     first_data = {key: value for key, value in first.to_dict().items() if key != "earlier"}
     record = make_record(source_model=str(tmp_path / "base-7b-ru"), method="mean", earlier=[first_data])
     card = vocabshift.model_card(write_folder(tmp_path / "base-7b-ru-uk", record))
@@ -116,7 +119,8 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
     api.create_repo("org/base-7b")
     api.upload_file(path_or_fileobj=BASE_README.encode(), path_in_repo="README.md", repo_id="org/base-7b")
     record = make_record(
-        method="random", mode="replace", source_model="org/base-7b", new_vocab_size=60, new_num_rows=64,
+        method="random", mode="replace", source_model="org/base-7b", source_is_folder=False, new_vocab_size=60,
+        new_num_rows=64,
         pad_to_multiple_of=64,
         new_token_ranges=[[4, 40], [44, 60]], shared=pack_ids([0, 0, 1, 1, 2, 2, 3, 3, 40, 10, 41, 11, 42, 12, 43, 13]),
         method_config={}, diagnostics={}, tokenizer_report={},
@@ -124,6 +128,7 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
              {"step": 50, "loss": 2.875, "tokens_seen": 51200,
               "command": ["vocabshift", "train", "out/base-7b-ru", "ru.txt"]}],
         propagation=[{"base": "org/base-7b", "adapted": "me/base-7b-ru", "instruct": "org/base-7b-instruct",
+                      **{f"{role}_revision": f"{i}" * 40 for i, role in enumerate(("base", "adapted", "instruct"))},
                       "method": "conversion", "residual": {"input": 0.0312}}],
     )
     scores = (ModelScores("adapted", 2.1, 1.29, 2.31, 2.52, 1.87, 0.71, 51_200),
@@ -208,3 +213,43 @@ def test_the_template_ships_in_the_wheel(wheel, tmp_path):
                             text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, check=True,
                             cwd=tmp_path)
     assert "'vocabshift', 'subword'" in result.stdout
+
+
+def test_a_relative_source_folder_is_no_base_model(tmp_path, monkeypatch, loopback_hub, tokenizers_en, tokenizers_ru,
+                                                   caplog):
+    """`vocabshift extend models/base ...` records `models/base`, which looks like a repo id: extend notes that it was
+    a folder, and the card neither publishes it as base_model nor asks the Hub for it, even once the folder is gone.
+    A record that does not say (written before source_is_folder) is taken as a possible folder, with a warning."""
+    from transformers import AutoModelForCausalLM
+
+    from conftest import make_model
+
+    monkeypatch.chdir(tmp_path)
+    make_model("qwen2-tied", tokenizers_en["bytelevel"]).save_pretrained("models/base--v2")
+    model = AutoModelForCausalLM.from_pretrained("models/base--v2")
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"])
+    vocabshift.save_pretrained_atomic(model, tokenizer, "out")
+    assert vocabshift.get_record(model).source_is_folder is True
+    shutil.rmtree("models")
+    card = vocabshift.model_card("out", language="ru", license="mit")
+    assert card.data.base_model is None and "out is `models/base--v2` with a new vocabulary" in card.text
+    config = json.loads(Path("out/config.json").read_text(encoding="utf-8"))
+    del config["vocabshift"]["source_is_folder"]
+    config["vocabshift"]["source_model"] = "models/base"
+    Path("out/config.json").write_text(json.dumps(config), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert vocabshift.model_card("out", language="ru", license="mit").data.base_model is None
+    assert "source_model 'models/base' may be a local folder" in caplog.text
+    assert loopback_hub.requests == []
+
+
+def test_a_base_readme_that_is_not_utf8_is_read_on_without_its_metadata(tmp_path, monkeypatch, caplog):
+    """The base model's README.md only lends license and languages: one that is not UTF-8 is said in a warning
+    naming it (it was a raw UnicodeDecodeError), and the card is made without them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base-model").mkdir()
+    (tmp_path / "base-model" / "README.md").write_bytes(BASE_README.encode("utf-16"))
+    with caplog.at_level(logging.WARNING):
+        card = vocabshift.model_card(write_folder(tmp_path / "tiny-ru", make_record()), language="ru")
+    assert card.data.license is None and card.data.language == ["ru"]
+    assert "Could not read the card of the base model base-model/README.md (UnicodeDecodeError)" in caplog.text

@@ -135,6 +135,14 @@ def test_card_refuses_to_overwrite_a_hand_written_readme_and_errors_are_short(ba
     assert (tmp_path / "README.md").read_text() == "# my notes\n"
 
 
+def test_inspect_json_of_a_folder_without_a_record_prints_null_and_the_note(base_folder):
+    """As the report does (a note, exit code 0), in JSON: the record is null, the notes go to stderr (it printed
+    nothing at all)."""
+    result = run("inspect", "--json", str(base_folder))
+    assert json.loads(result.stdout) is None
+    assert "note: no vocabshift record in config.json" in result.stderr
+
+
 def test_help_of_every_subcommand_describes_every_argument():
     parser = build_parser()
     subcommands = next(a for a in parser._actions if a.dest == "command").choices

@@ -59,6 +59,20 @@ def test_a_truncated_or_corrupted_shard_is_a_problem(folder, capsys, damage, why
                                    "truncated or corrupted", out), out
 
 
+@pytest.mark.parametrize("flatten", [lambda rows: rows[:, 0], lambda rows: rows[0, 0]], ids=["1-D", "0-D"])
+def test_an_embedding_tensor_of_other_dimensions_is_a_problem(folder, capsys, flatten):
+    """A 1-D (or 0-D) embedding tensor in a readable shard is told as damaged weights (it was a raw IndexError)."""
+    from safetensors.torch import load_file, save_file
+
+    shard = folder / _embedding_shard(folder)
+    tensors = load_file(shard)
+    tensors["model.embed_tokens.weight"] = flatten(tensors["model.embed_tokens.weight"]).contiguous()
+    save_file(tensors, shard, metadata={"format": "pt"})
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and "PROBLEM: the input embedding tensor (model.embed_tokens.weight" in out
+    assert "where an embedding matrix has two dimensions (rows x width): the weights are damaged" in out
+
+
 def test_a_shard_missing_from_the_index_is_a_problem(folder, capsys):
     shard = sorted(set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values()))[-1]
     (folder / shard).unlink()

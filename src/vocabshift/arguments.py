@@ -165,13 +165,21 @@ def check_shard_size(value: Any, *, name: str) -> int | str:
     return value
 
 
-def check_token(value: Any, *, booleans: bool = False) -> None:
-    """A Hub token: None (the stored login), a non-empty string, or (`booleans`) True / False as huggingface_hub
-    takes them. The value is never echoed."""
-    if value is None or (booleans and isinstance(value, bool)) or (isinstance(value, str) and value):
+def check_token(value: Any, *, booleans: bool = False, name: str = "token") -> None:
+    """A Hub token: None (the stored login), a non-empty string of what an HTTP header carries (visible ASCII: no
+    space, line break or other letter), or (`booleans`) True / False as huggingface_hub takes them. `name` says where
+    it came from (`token`, `HF_TOKEN`, ...). The value is never echoed."""
+    if value is None or (booleans and isinstance(value, bool)):
         return
+    if isinstance(value, str) and value:
+        bad = next((i for i, c in enumerate(value) if not "!" <= c <= "~"), None)
+        if bad is None:
+            return
+        raise InvalidArgumentError(f"{name} holds a character an HTTP header cannot carry (a space, a line break or a "
+                                   f"non-ASCII letter, at position {bad} of {len(value)}): pass the token as the Hub "
+                                   "shows it (hf_ then letters and digits, https://huggingface.co/settings/tokens).")
     got = "an empty string" if value == "" else type(value).__name__
-    raise InvalidArgumentError(f"token must be a non-empty string (a Hub token){', True, False' if booleans else ''} "
+    raise InvalidArgumentError(f"{name} must be a non-empty string (a Hub token){', True, False' if booleans else ''} "
                                f"or None to use HF_TOKEN or the stored login; got {got}.")
 
 

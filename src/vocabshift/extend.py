@@ -270,6 +270,7 @@ def _record(model: Model, call: _Call, config: Any, embeddings: Embeddings, toke
         seed=call.seed,
         source_model=source_model,
         source_revision=getattr(model.config, "_commit_hash", None),
+        source_is_folder=bool(source_model) and os.path.isdir(source_model),  # from_pretrained's own test
         old_vocab_size=len(source),
         old_num_rows=embeddings.num_rows,
         new_vocab_size=len(target),

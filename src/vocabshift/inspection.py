@@ -155,9 +155,18 @@ def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[in
         report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the readable safetensors "
                                "files")
         return None, tied
+    if len(shape) != 2:
+        report.problems.append(f"the input embedding tensor ({', '.join(input_names)}) has shape {shape}, where an "
+                               "embedding matrix has two dimensions (rows x width): the weights are damaged; save "
+                               "the model again")
+        return None, tied
     rows = shape[0]
     report.facts.append(("embedding rows", f"{rows:,} x {shape[1]:,}"))
     head = None if tied or not head_names else _stored(shapes, [n for n in head_names if n not in input_names])
+    if head is not None and len(head) != 2:
+        report.problems.append(f"the output head tensor has shape {head}, where it has two dimensions (rows x "
+                               "width): the weights are damaged; save the model again")
+        return rows, tied
     report.facts.append(("output head", "tied to the input embeddings" if tied else
                          "none" if not head_names else f"untied, {head[0]:,} rows" if head else "untied, MISSING"))
     if head_names and not tied and head is None:

@@ -62,6 +62,9 @@ class ExtensionRecord:
         mode (`str`): `"extend"` or `"replace"`.
         seed (`int`): the seed of every random draw.
         source_model / source_revision: where the model came from (`name_or_path`, commit hash when known).
+        source_is_folder (`bool | None`): whether `source_model` named a local folder when the model was extended
+            (as `from_pretrained` tells a folder from a Hub id); None in records written before this field, which
+            do not say (the model card then publishes no `base_model` it cannot place).
         old_vocab_size / new_vocab_size (`int`): tokens in the source tokenizer and in the returned tokenizer.
         old_num_rows / new_num_rows (`int`): rows of the embedding matrix before and after (padding included).
         tied (`bool`): whether the output head is tied to the input embeddings.
@@ -116,6 +119,7 @@ class ExtensionRecord:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     vocabshift_version: str = ""
     earlier: list[dict[str, Any]] = field(default_factory=list)
+    source_is_folder: bool | None = None
 
     def __post_init__(self) -> None:
         self.cpt, self.propagation = _argv_commands(self.cpt), _argv_commands(self.propagation)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from ..errors import UnknownMethodError
 from ..record import OUTPUT_PLACEHOLDER, ExtensionRecord
@@ -14,26 +17,55 @@ from ..registry import get_method
 from ..training.evaluation import Evaluation
 from ._tables import Table, cell, tables
 
-__all__ = ["body", "hub_id"]
+__all__ = ["body", "named_repo"]
 
 LEP_URL = "https://arxiv.org/abs/2412.21140"
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _CACHE_PATH = re.compile(r"models--([\w.-]+)--([\w.-]+)/snapshots/")
 _AUTO_CLASSES = {"text-generation": "AutoModelForCausalLM", "fill-mask": "AutoModelForMaskedLM"}
 
 
-def hub_id(value: Any) -> str | None:
-    """`value` as a Hub repo id: itself when it looks like one, `org/name` for a path in the Hub cache, else None."""
-    text = str(value or "")
+def _valid_repo_id(text: str) -> bool:
+    """`namespace/name` as the Hub accepts it (no `--` or `..`, allowed characters, length)."""
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return text.count("/") == 1 and not text.startswith((".", "/"))
+
+
+def named_repo(entry: Any, key: str = "source_model") -> str | None:
+    """The Hub repo id of the model that `entry[key]` names, None when that name is, or may be, a local folder.
+
+    `entry` is a record (or an `earlier` one) with `key="source_model"`, or a propagation entry with `key` one of
+    `base`, `adapted`, `instruct`. A path in the Hub cache gives its repo. Otherwise the name is a repo id only
+    when the entry says it was no folder: a record's `source_is_folder` is False (`extend_vocabulary` writes it
+    from `os.path.isdir(name_or_path)`, the test `from_pretrained` makes), or, in a record from before that field,
+    `source_revision` holds the commit a Hub download reported; a propagation entry's `{key}_revision` holds the
+    commit of a Hub repo and is null for a folder. A name the entry cannot place (an older record of a model
+    loaded under transformers 5, which reports no commit) is taken as a possible folder: a relative path such as
+    `models/base` looks like a repo id, and publishing it as `base_model` would name someone else's repo.
+    """
+    text = entry.get(key) if isinstance(entry, Mapping) else getattr(entry, key, None)
+    if not isinstance(text, str) or not text:
+        return None
     cached = _CACHE_PATH.search(text)
-    if cached:
+    if cached and _valid_repo_id(f"{cached.group(1)}/{cached.group(2)}"):
         return f"{cached.group(1)}/{cached.group(2)}"
-    return text if _REPO_ID.match(text) and not text.startswith((".", "/")) else None
+    facts = entry if isinstance(entry, Mapping) else vars(entry)
+    if key == "source_model":
+        folder = facts.get("source_is_folder")
+        remote = folder is False or (folder is None and facts.get("source_revision") is not None)
+    else:
+        remote = facts.get(f"{key}_revision") is not None
+    return text if remote and _valid_repo_id(text) else None
 
 
-def _link(value: Any) -> str:
-    repo = hub_id(value)
-    return f"[{repo}](https://huggingface.co/{repo})" if repo and repo == str(value) else f"`{value}`"
+def _link(entry: Any, key: str = "source_model", fallback: str = "a model") -> str:
+    """The model `entry[key]` names, as a link to its Hub repo, else as code (a folder), else `fallback`."""
+    repo, value = named_repo(entry, key), (entry.get(key) if isinstance(entry, Mapping) else getattr(entry, key))
+    if repo is not None:
+        return f"[{repo}](https://huggingface.co/{repo})"
+    return f"`{value}`" if value else fallback
 
 
 def _method(record: ExtensionRecord) -> dict[str, Any]:
@@ -78,7 +110,7 @@ def _facts(record: ExtensionRecord, method: dict[str, Any]) -> Table:
 def _lineage(record: ExtensionRecord) -> list[str]:
     chains = []
     for entry in record.propagation:
-        steps = [_link(entry[key]) for key in ("base", "adapted", "instruct") if entry.get(key)]
+        steps = [_link(entry, key) for key in ("base", "adapted", "instruct") if entry.get(key)]
         method = f" (LEP `{entry['method']}`)" if entry.get("method") else ""
         chains.append(" → ".join(steps + [f"**this model**{method}"]))
     return chains
@@ -88,8 +120,8 @@ def _extensions(record: ExtensionRecord) -> str | None:
     """For a model extended more than once: the chain of models each extension started from."""
     if not record.earlier:
         return None
-    steps = [f"{_link(entry.get('source_model') or 'a model')} (`{entry.get('method')}`)" for entry in record.earlier]
-    return " → ".join([*steps, f"{_link(record.source_model or 'a model')} (`{record.method}`)", "**this model**"])
+    steps = [f"{_link(entry)} (`{entry.get('method')}`)" for entry in record.earlier]
+    return " → ".join([*steps, f"{_link(record)} (`{record.method}`)", "**this model**"])
 
 
 def _extend_lines(record: ExtensionRecord, output: str) -> list[str]:
@@ -117,7 +149,7 @@ def _card_command(output: str, options: dict[str, Any]) -> str:
 
 
 def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options: dict[str, Any]) -> list[str]:
-    adapted = hub_id(record.propagation[-1].get("adapted")) if record.propagation else None
+    adapted = named_repo(record.propagation[-1], "adapted") if record.propagation else None
     extended = adapted.split("/")[-1] if adapted else output
     version = f"=={record.vocabshift_version}" if record.vocabshift_version else ""
     lines = [f"pip install vocabshift{version}",
@@ -158,11 +190,13 @@ def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str |
     """Template variables of the card's body."""
     method = _method(record)
     base = base_model[0] if isinstance(base_model, list) else base_model
-    if record.earlier:  # the first sentence tells the last extension; the chain follows
-        base = record.source_model
+    if record.earlier or not base:  # the first sentence tells the last extension (the chain follows), or its source
+        base_link = _link(record) if record.source_model else None
+    else:  # a repo id: checked when given, named_repo's when not
+        base_link = f"[{base}](https://huggingface.co/{base})"
     return {
         "title": title,
-        "base_link": _link(base or record.source_model) if base or record.source_model else None,
+        "base_link": base_link,
         "method": method,
         "record": record,
         "new_tokens": f"{len(record.new_ids):,}",

@@ -17,7 +17,7 @@ from ..arguments import check_repo_id
 from ..errors import InvalidArgumentTypeError, RecordError
 from ..headers import read_config
 from ..record import ExtensionRecord, require_record
-from ._body import body, hub_id
+from ._body import body, named_repo
 
 __all__ = ["model_card"]
 
@@ -120,21 +120,37 @@ def _check_options(*, repo_id: Any, license: Any, **names: Any) -> None:
                                       and all(isinstance(v, str) and v for v in values)):
             raise InvalidArgumentTypeError(f"{name}={value!r} is invalid: pass a string or a list of strings, e.g. "
                                            f"{_EXAMPLES[name]}.")
+    base_model = names["base_model"]
+    for repo in [base_model] if isinstance(base_model, str) else base_model or []:
+        check_repo_id(repo, argument="base_model")  # the Hub refuses base_model metadata that is no repo id
+
+
+def _first(record: ExtensionRecord) -> Any:
+    """The record of the first extension: the first of `earlier`, or the record itself."""
+    return record.earlier[0] if record.earlier else record
 
 
 def _default_base(record: ExtensionRecord) -> str | list[str] | None:
     last = record.propagation[-1] if record.propagation else {}
-    parents = [hub_id(last.get(key)) for key in ("instruct", "adapted")]
+    parents = [named_repo(last, key) for key in ("instruct", "adapted")]
     found = [parent for parent in parents if parent is not None]
     if len(found) == len(parents):
         return found
-    return hub_id(record.original_source_model)
+    first, name = _first(record), record.original_source_model
+    repo = named_repo(first)
+    unsaid = (first.get if isinstance(first, dict) else vars(first).get)("source_is_folder") is None
+    if repo is None and unsaid and not Path(name).is_dir() and named_repo({"source_model": name,
+                                                                         "source_is_folder": False}):
+        logger.warning("The record's source_model %r may be a local folder (the record, written before vocabshift "
+                       "noted source_is_folder, does not say), so it is not published as base_model: pass "
+                       "base_model=... (or `vocabshift card --base-model`) if it is a Hub repo.", name)
+    return repo
 
 
 def _metadata(record: ExtensionRecord, config: dict[str, Any], base: str | list[str] | None,
               language: str | Sequence[str] | None, license: str | None,
               datasets: Sequence[str] | None) -> ModelCardData:
-    inherited = _base_metadata(record.original_source_model, base)
+    inherited = _base_metadata(record, base)
     languages = list(dict.fromkeys(_strings(language) + _strings(inherited.get("language"))))
     license = license or inherited.get("license")
     extra = {k: inherited[k] for k in ("license_name", "license_link") if license == "other" and k in inherited}
@@ -171,17 +187,20 @@ def _warn_missing(**fields: Any) -> None:
                        " --".join(name.replace("_", "-") for name in missing))
 
 
-def _base_metadata(source_model: str, base: str | list[str] | None) -> dict[str, Any]:
-    """The base model card's metadata: the source folder's README.md, else the card of the source (or base) repo."""
+def _base_metadata(record: ExtensionRecord, base: str | list[str] | None) -> dict[str, Any]:
+    """The base model card's metadata: the source folder's README.md, else the card of the source (or base) repo.
+
+    It only fills license and languages, so a card that cannot be read (offline, a missing repo, a README.md that is
+    not UTF-8) is said in a warning, and the card is made without them (the warning of `_warn_missing` follows)."""
+    source_model = record.original_source_model
     readme = Path(source_model) / "README.md" if source_model else None
-    if readme is not None and readme.is_file():
-        return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
-    repo = hub_id(source_model) or (base[0] if isinstance(base, list) else base)
-    if repo is None:
+    card = readme if readme is not None and readme.is_file() else (
+        named_repo(_first(record)) or (base[0] if isinstance(base, list) else base))
+    if card is None:
         return {}
     try:
-        return ModelCard.load(repo, ignore_metadata_errors=True).data.to_dict()
-    except (OSError, httpx.HTTPError) as error:  # offline, missing repo or README, Hub errors
+        return ModelCard.load(card, ignore_metadata_errors=True).data.to_dict()
+    except (OSError, httpx.HTTPError, UnicodeDecodeError) as error:  # offline, no repo or README, Hub errors, bytes
         logger.warning("Could not read the card of the base model %s (%s): its license and languages are not "
-                       "inherited.", repo, type(error).__name__)
+                       "inherited.", card, type(error).__name__)
         return {}

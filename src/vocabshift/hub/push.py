@@ -63,8 +63,9 @@ def push_to_hub(
         `str`: the URL of the commit.
 
     Raises (before any request unless said otherwise):
-        `InvalidArgumentError`: `repo_id` is not a Hub repo id, `revision` not a branch name, no token is set, or
-            an argument of the wrong type (`InvalidArgumentTypeError`); after the repo is looked up, `private=True`
+        `InvalidArgumentError`: `repo_id` is not a Hub repo id, `revision` not a branch name, no token is set, the
+            token holds what an HTTP header cannot carry (a line break, a space, a non-ASCII letter), or an argument
+            of the wrong type (`InvalidArgumentTypeError`); after the repo is looked up, `private=True`
             for an existing public repo.
         `ModelFolderError`: the folder has no `config.json` (or one that is not JSON) or no `*.safetensors` weights.
         `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
@@ -88,9 +89,8 @@ def push_to_hub(
     check_folder_files(folder, files)
     _check_consistent(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
-    if token is None and get_token() is None:
-        raise InvalidArgumentError("push_to_hub writes to the Hub and needs a token with write access, and none is "
-                                   "set: set HF_TOKEN or run `hf auth login` (or pass token=... in Python).")
+    if token is None:
+        _check_stored_token()
     api = HfApi(token=token)
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     if card is not None and created != repo_id:  # the Hub added the namespace: name it in the usage code
@@ -167,6 +167,17 @@ def _check_consistent(folder: Path, files: list[str]) -> None:
         raise ModelFolderError(f"{str(folder)!r} would publish a model that does not load or serve as it should: "
                                f"{'; '.join(problems)}. Fix the folder (`vocabshift inspect {folder}` gives the "
                                "whole report), then push again.")
+
+
+def _check_stored_token() -> None:
+    """The token huggingface_hub will send: set, and one an HTTP header carries (named by where it comes from)."""
+    stored = get_token()
+    if stored is None:
+        raise InvalidArgumentError("push_to_hub writes to the Hub and needs a token with write access, and none is "
+                                   "set: set HF_TOKEN or run `hf auth login` (or pass token=... in Python).")
+    source = next((name for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(name)),
+                  "the token of `hf auth login`")
+    check_token(stored, name=source)
 
 
 def _check_arguments(folder: Any, repo_id: Any, private: Any, token: Any, revision: Any, commit_message: Any) -> None:
