@@ -215,20 +215,49 @@ def test_tokenizer_of_an_unsupported_family(setup, ru_lines):
              PreTrainedTokenizerFast(tokenizer_object=plain), source_tokenizer=source)
 
 
+@dataclasses.dataclass(frozen=True)
+class _NoOptions:
+    pass
+
+
+def _register(monkeypatch, name, function):
+    """`function` as method `name`, for this test only."""
+    monkeypatch.setitem(registry._METHODS, name, registry.MethodSpec(name, function, _NoOptions, name, None, ""))
+
+
+def _rows(context, value=0.0, dtype=torch.float32):
+    return torch.full((context.num_new, context.source_input.shape[1]), value, dtype=dtype)
+
+
 def test_method_returning_non_finite_rows(setup, monkeypatch):
     model, source, new = setup
-
-    @dataclasses.dataclass(frozen=True)
-    class BrokenConfig:
-        pass
-
-    def broken(context, config):
-        return InitResult(torch.full((context.num_new, context.source_input.shape[1]), float("nan")))
-
-    spec = registry.MethodSpec("broken", broken, BrokenConfig, "Broken", None, "")
-    monkeypatch.setitem(registry._METHODS, "broken", spec)
+    _register(monkeypatch, "broken", lambda context, config: InitResult(_rows(context, float("nan"))))
     _refused(model, errors.MethodResultError, "Method 'broken' returned input_rows that are not a finite", new,
              method="broken", source_tokenizer=source)
+
+
+def test_a_method_that_writes_into_its_inputs_leaves_the_model_unchanged(setup, monkeypatch, tokenizers_en,
+                                                                          tokenizers_ru):
+    """The context holds copies of the model's rows (float32 rows were once handed over as views of the weights), so
+    a refused call leaves the model as it was whatever the method did to its inputs."""
+    model, source, new = setup
+
+    def zero_then_fail(context, config):
+        for rows in context.matrices:
+            rows[:5] = 0
+        return InitResult(_rows(context, float("nan")))
+
+    def zero_then_raise(context, config):
+        zero_then_fail(context, config)
+        raise ValueError("a bug in the method")
+
+    _register(monkeypatch, "zero_then_fail", zero_then_fail)
+    _register(monkeypatch, "zero_then_raise", zero_then_raise)
+    _refused(model, errors.MethodResultError, "Method 'zero_then_fail' returned input_rows", new,
+             method="zero_then_fail", source_tokenizer=source)
+    untied = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    _refused(untied, ValueError, "a bug in the method", tokenizers_ru["sentencepiece"], method="zero_then_raise",
+             source_tokenizer=tokenizers_en["sentencepiece"])
 
 
 def test_non_finite_rows_of_the_model_are_named(setup):

@@ -216,11 +216,15 @@ def _context(embeddings: Embeddings, alignment: Alignment, source: Tokenizer, ta
 
 
 def _source_rows(weight: torch.Tensor, count: int) -> torch.Tensor:
-    """The rows of the source tokenizer's ids; special tokens beyond the matrix (Gemma-3's image token) get the
-    mean row, as `assemble_weights` gives them."""
-    rows = weight.detach()[:count].float()
-    if count > rows.shape[0]:
-        rows = torch.cat([rows, rows.mean(dim=0, keepdim=True).expand(count - rows.shape[0], -1)])
+    """A float32 copy of the rows of the source tokenizer's ids: a method that writes into it (methods may be
+    user-registered) cannot change the model (`.float()` of float32 rows would be a view of them). One copy, made in
+    place. Special tokens beyond the matrix (Gemma-3's image token) get the mean row, as `assemble_weights` gives
+    them."""
+    present = min(count, weight.shape[0])
+    rows = torch.empty(count, weight.shape[1], dtype=torch.float32, device=weight.device)
+    rows[:present] = weight.detach()[:present]
+    if count > present:
+        rows[present:] = rows[:present].mean(dim=0, keepdim=True)
     return rows
 
 
