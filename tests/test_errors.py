@@ -260,6 +260,27 @@ def test_a_method_that_writes_into_its_inputs_leaves_the_model_unchanged(setup, 
              source_tokenizer=tokenizers_en["sentencepiece"])
 
 
+@pytest.mark.parametrize(("returned", "match"), [
+    (lambda c: InitResult(_rows(c, dtype=torch.complex64)), r"input_rows .* \(its dtype is torch.complex64\)"),
+    (lambda c: InitResult(_rows(c, 7, dtype=torch.int64)), r"input_rows .* \(its dtype is torch.int64\)"),
+    (lambda c: InitResult(_rows(c, dtype=torch.bool)), r"input_rows .* \(its dtype is torch.bool\)"),
+    (lambda c: InitResult(_rows(c).to("meta")), r"input_rows .* \(it is on the meta device, without values\)"),
+    (lambda c: InitResult(_rows(c).tolist()), r"input_rows .* \(it is a list\)"),
+    (lambda c: InitResult(_rows(c), diagnostics={"norm": torch.zeros(2)}),
+     r"diagnostics that are no JSON object \(TypeError: Object of type Tensor is not JSON serializable\)"),
+    (lambda c: InitResult(_rows(c), diagnostics=["x"]), r"diagnostics that are no JSON object \(a list\)"),
+    (lambda c: InitResult(_rows(c), diagnostics={1: "x"}),
+     r"diagnostics that are no JSON object \(keys \['int'\] besides str\)"),
+], ids=["complex", "int", "bool", "meta", "list rows", "tensor diagnostics", "list diagnostics", "int keys"])
+def test_method_returning_what_cannot_be_written(setup, monkeypatch, returned, match):
+    """Rows that would be cast (complex, int, bool), have no values (meta), and diagnostics config.json cannot hold
+    (saving then failed, or get_record blamed config.json) are the method's bug, refused before anything is written."""
+    model, source, new = setup
+    _register(monkeypatch, "odd", lambda context, config: returned(context))
+    _refused(model, errors.MethodResultError, "Method 'odd' returned " + match, new, method="odd",
+             source_tokenizer=source)
+
+
 def test_non_finite_rows_of_the_model_are_named(setup):
     """A NaN in the model's own rows is the model's fault, not the method's: the error names the rows."""
     model, source, new = setup
