@@ -11,7 +11,13 @@ import torch
 import vocabshift
 from vocabshift import wordvectors
 from vocabshift.corpus import corpus_fingerprint
-from vocabshift.errors import CorpusError, InvalidTokenizerError, WordVectorsError, WordVectorsNotFoundError
+from vocabshift.errors import (
+    CorpusError,
+    InvalidArgumentError,
+    InvalidTokenizerError,
+    WordVectorsError,
+    WordVectorsNotFoundError,
+)
 from vocabshift.vocab.forms import TokenForm, native_string, token_forms
 
 
@@ -128,3 +134,21 @@ def test_vectors_from_a_tensor_of_any_dtype():
     matrix = torch.nn.Parameter(torch.arange(6, dtype=torch.bfloat16).view(2, 3))
     vectors = vocabshift.WordVectors(["a", "b"], matrix)
     assert vectors.vectors.dtype == np.float32 and vectors.vectors.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e40])  # 1e40 overflows float32
+def test_vectors_that_are_not_finite_are_refused_by_word(tmp_path, bad):
+    """A NaN or infinite row ended in a raw IndexError inside FOCUS's neighbour search, or a MethodResultError that
+    blamed OFA; it is refused where the vectors are made, naming the words."""
+    with pytest.raises(WordVectorsError, match=r"hold NaN or infinite values .* in 1 rows: 'б' \(row 1\)"):
+        vocabshift.WordVectors(["а", "б", "в"], np.array([[1.0, 2.0], [bad, 0.0], [3.0, 4.0]]))
+    path = tmp_path / "bad.vec"
+    path.write_text(f"2 3\nкот 0.1 0.2 0.3\ncat {bad} 0.2 0.25\n", encoding="utf-8")
+    with pytest.raises(WordVectorsError, match=r"from .*bad.vec hold NaN or infinite values .* 'cat' \(row 1\)"):
+        vocabshift.load_word_vectors(path)
+
+
+@pytest.mark.parametrize("family", ["klingon", 5, "unigram"])
+def test_a_family_that_is_none_of_the_tokenizer_families_is_refused(family):
+    with pytest.raises(InvalidArgumentError, match=f"family={family!r} is invalid: pass one of 'bytelevel', "):
+        vocabshift.WordVectors(["▁а"], [[1.0]], level="token", family=family)

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -64,9 +64,9 @@ class WordVectors:
         model (*optional*): the fastText model, to compose vectors of unseen words from character n-grams.
 
     Raises:
-        `WordVectorsError`: if `words` is not a list of strings, or `vectors` not a 2-D array of numbers with one
-            row per word.
-        `InvalidArgumentError`: another `level`.
+        `WordVectorsError`: if `words` is not a list of strings, or `vectors` not a 2-D array of finite numbers
+            with one row per word.
+        `InvalidArgumentError`: another `level` or `family`.
     """
 
     def __init__(self, words: Sequence[str], vectors: Any, *, level: Level = "word", family: Family | None = None,
@@ -77,7 +77,8 @@ class WordVectors:
         if isinstance(vectors, torch.Tensor):  # any dtype or device, a parameter too
             vectors = vectors.detach().float().cpu().numpy()
         try:
-            vectors = np.asarray(vectors, dtype=np.float32)
+            with np.errstate(over="ignore"):  # values beyond float32 become inf, which _check_finite names
+                vectors = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as error:
             raise WordVectorsError(f"vectors is a {type(vectors).__name__} that is no matrix of numbers ({error}): "
                                    "pass a 2-D array or tensor, one row per word.") from None
@@ -86,6 +87,9 @@ class WordVectors:
                 f"Word vectors{f' from {source}' if source else ''} have shape {vectors.shape} for {len(words)} "
                 "words: pass one row of the same non-zero dimension per word."
             )
+        _check_finite(words, vectors, source)
+        if family is not None:
+            check_choice(family, get_args(Family), name="family")
         self.words, self.vectors, self.level, self.family = list(words), vectors, level, family
         self.source, self._model = source, model
         self._index = {word: i for i, word in enumerate(self.words)}
@@ -148,6 +152,19 @@ class WordVectors:
     def describe(self) -> dict[str, Any]:
         """A JSON summary for the extension record."""
         return {"source": self.source, "level": self.level, "dim": self.dim, "size": len(self)}
+
+
+def _check_finite(words: Sequence[str], vectors: np.ndarray, source: str) -> None:
+    """Refuse NaN or infinite rows (a damaged file, a value beyond float32 such as 1e40): nearest-neighbour and
+    least-squares methods fail on them far from the cause. Row sums in float64 cannot overflow from finite float32
+    values, and need no copy of the matrix."""
+    bad = np.flatnonzero(~np.isfinite(vectors.sum(axis=1, dtype=np.float64)))
+    if len(bad):
+        named = ", ".join(f"{words[i]!r} (row {i})" for i in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise WordVectorsError(
+            f"Word vectors{f' from {source}' if source else ''} hold NaN or infinite values (or values beyond float32, "
+            f"such as 1e40) in {len(bad)} rows: {named}. Download or train them again, or drop those words."
+        )
 
 
 def default_cache_dir() -> Path:
@@ -334,7 +351,8 @@ def _read_vec(path: Path) -> tuple[list[str], np.ndarray]:
                     f"dimension {dim}: the file is damaged or mixes vectors of different models."
                 )
             try:
-                rows.append(np.asarray(parts[1:], dtype=np.float32))
+                with np.errstate(over="ignore"):  # as in WordVectors
+                    rows.append(np.asarray(parts[1:], dtype=np.float32))
             except ValueError:
                 raise WordVectorsError(f"word_vectors={str(path)!r} line {number} holds a non-number.") from None
             words.append(parts[0])
