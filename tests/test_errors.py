@@ -136,6 +136,23 @@ def test_out_of_range_options_of_every_range_checked_method_are_value_errors(set
         assert not isinstance(info.value, TypeError), (method, options, info.value)
 
 
+@pytest.mark.parametrize(("method", "options"), [
+    ("salt", {"ridge": float("nan")}), ("salt", {"ridge": float("inf")}), ("salt", {"norm_guard": float("inf")}),
+    ("salt", {"temperature": float("inf")}), ("focus", {"temperature": float("inf")}),
+    ("ofa", {"temperature": -float("inf")}),
+])
+def test_method_options_that_are_not_finite(setup, method, options):
+    """One check for every float option of every method (ridge=nan gave other rows silently, ridge=inf a raw
+    LinAlgError, norm_guard=inf and temperature=inf were taken)."""
+    model, source, new = setup
+    inputs = {"word_vectors": "v.bin"} if method == "ofa" else {"corpus": ["a b"]}
+    if method == "salt":
+        inputs["helper_model"] = torch.zeros(2, 2)
+    key, value = next(iter(options.items()))
+    _refused(model, errors.MethodOptionError, f"Option {key}={value!r} is invalid for method '{method}': pass a "
+             "finite number", new, method=method, source_tokenizer=source, **inputs, **options)
+
+
 class _NoEmbeddings(PreTrainedModel):
     config_class = LlamaConfig
 
