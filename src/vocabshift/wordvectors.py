@@ -24,6 +24,7 @@ import torch
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
 from ._typing import Corpus, Tokenizer, TokenizerLike
+from ._vector_files import read_bin, read_sidecar, read_vec
 from .arguments import check_choice, check_count, check_output_path, check_path
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, InvalidArgumentError, WordVectorsError, WordVectorsNotFoundError
@@ -297,8 +298,9 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
 
     Raises:
         `WordVectorsNotFoundError`: if the file does not exist.
-        `WordVectorsError`: if it is a folder, not a fastText model or a `.vec` file with rows of the declared
-            dimension.
+        `WordVectorsError`: if it is a folder, not a fastText model, a model shorter than its header declares
+            (cut off), a `.vec` file (plain or gzip) without the rows its header declares, or with NaN or infinite
+            values; or if the metadata `<stem>.json` beside it is not what `train_word_vectors` writes.
         `InvalidArgumentError`: another `level`, or a `path` that is no path (`InvalidArgumentTypeError`).
     """
     if level is not None:
@@ -311,49 +313,11 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
             f"word_vectors={str(path)!r} does not exist: pass a fastText .bin or .vec file, a WordVectors, or "
             "corpus=... to train vectors."
         )
-    sidecar = path.with_suffix(".json")
-    meta = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    meta = read_sidecar(path)
     level = level or meta.get("level", "auto")
     if path.suffix == ".bin":
-        words, vectors, model = _read_bin(path)
+        words, vectors, model = read_bin(path)
         model = None if level == "token" else model  # only word level composes unseen keys
     else:
-        (words, vectors), model = _read_vec(path), None
+        (words, vectors), model = read_vec(path), None
     return WordVectors(words, vectors, level=level, family=meta.get("family"), source=str(path), model=model)
-
-
-def _read_bin(path: Path) -> tuple[list[str], np.ndarray, Any]:
-    import fasttext
-
-    try:
-        model = fasttext.load_model(str(path))
-    except (ValueError, RuntimeError, OSError) as error:
-        raise WordVectorsError(f"word_vectors={str(path)!r} is not a fastText .bin model: {error}.") from None
-    words = [word for word in model.get_words(on_unicode_error="replace") if word != "</s>"]
-    vectors = (np.stack([model.get_word_vector(word) for word in words]) if words
-               else np.zeros((0, model.get_dimension())))
-    return words, vectors, model
-
-
-def _read_vec(path: Path) -> tuple[list[str], np.ndarray]:
-    """word2vec text format: an optional `count dim` header, then `word v1 ... vdim` per line."""
-    words, rows, dim = [], [], None
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            parts = line.rstrip("\n").rstrip(" ").split(" ")
-            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                dim = int(parts[1])
-                continue
-            dim = dim or len(parts) - 1
-            if len(parts) - 1 != dim:
-                raise WordVectorsError(
-                    f"word_vectors={str(path)!r} line {number} has {len(parts) - 1} values, but the vectors have "
-                    f"dimension {dim}: the file is damaged or mixes vectors of different models."
-                )
-            try:
-                with np.errstate(over="ignore"):  # as in WordVectors
-                    rows.append(np.asarray(parts[1:], dtype=np.float32))
-            except ValueError:
-                raise WordVectorsError(f"word_vectors={str(path)!r} line {number} holds a non-number.") from None
-            words.append(parts[0])
-    return words, np.stack(rows) if rows else np.zeros((0, dim or 0), dtype=np.float32)
