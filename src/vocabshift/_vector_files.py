@@ -29,6 +29,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     sidecar = path.with_suffix(".json")
     if not sidecar.is_file():
         return {}
+    problem: str | None
     try:
         meta = json.loads(sidecar.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
