@@ -136,6 +136,23 @@ def test_out_of_range_options_of_every_range_checked_method_are_value_errors(set
         assert not isinstance(info.value, TypeError), (method, options, info.value)
 
 
+@pytest.mark.parametrize(("method", "options"), [
+    ("salt", {"ridge": float("nan")}), ("salt", {"ridge": float("inf")}), ("salt", {"norm_guard": float("inf")}),
+    ("salt", {"temperature": float("inf")}), ("focus", {"temperature": float("inf")}),
+    ("ofa", {"temperature": -float("inf")}),
+])
+def test_method_options_that_are_not_finite(setup, method, options):
+    """One check for every float option of every method (ridge=nan gave other rows silently, ridge=inf a raw
+    LinAlgError, norm_guard=inf and temperature=inf were taken)."""
+    model, source, new = setup
+    inputs = {"word_vectors": "v.bin"} if method == "ofa" else {"corpus": ["a b"]}
+    if method == "salt":
+        inputs["helper_model"] = torch.zeros(2, 2)
+    key, value = next(iter(options.items()))
+    _refused(model, errors.MethodOptionError, f"Option {key}={value!r} is invalid for method '{method}': pass a "
+             "finite number", new, method=method, source_tokenizer=source, **inputs, **options)
+
+
 class _NoEmbeddings(PreTrainedModel):
     config_class = LlamaConfig
 
@@ -215,20 +232,70 @@ def test_tokenizer_of_an_unsupported_family(setup, ru_lines):
              PreTrainedTokenizerFast(tokenizer_object=plain), source_tokenizer=source)
 
 
+@dataclasses.dataclass(frozen=True)
+class _NoOptions:
+    pass
+
+
+def _register(monkeypatch, name, function):
+    """`function` as method `name`, for this test only."""
+    monkeypatch.setitem(registry._METHODS, name, registry.MethodSpec(name, function, _NoOptions, name, None, ""))
+
+
+def _rows(context, value=0.0, dtype=torch.float32):
+    return torch.full((context.num_new, context.source_input.shape[1]), value, dtype=dtype)
+
+
 def test_method_returning_non_finite_rows(setup, monkeypatch):
     model, source, new = setup
-
-    @dataclasses.dataclass(frozen=True)
-    class BrokenConfig:
-        pass
-
-    def broken(context, config):
-        return InitResult(torch.full((context.num_new, context.source_input.shape[1]), float("nan")))
-
-    spec = registry.MethodSpec("broken", broken, BrokenConfig, "Broken", None, "")
-    monkeypatch.setitem(registry._METHODS, "broken", spec)
+    _register(monkeypatch, "broken", lambda context, config: InitResult(_rows(context, float("nan"))))
     _refused(model, errors.MethodResultError, "Method 'broken' returned input_rows that are not a finite", new,
              method="broken", source_tokenizer=source)
+
+
+def test_a_method_that_writes_into_its_inputs_leaves_the_model_unchanged(setup, monkeypatch, tokenizers_en,
+                                                                          tokenizers_ru):
+    """The context holds copies of the model's rows (float32 rows were once handed over as views of the weights), so
+    a refused call leaves the model as it was whatever the method did to its inputs."""
+    model, source, new = setup
+
+    def zero_then_fail(context, config):
+        for rows in context.matrices:
+            rows[:5] = 0
+        return InitResult(_rows(context, float("nan")))
+
+    def zero_then_raise(context, config):
+        zero_then_fail(context, config)
+        raise ValueError("a bug in the method")
+
+    _register(monkeypatch, "zero_then_fail", zero_then_fail)
+    _register(monkeypatch, "zero_then_raise", zero_then_raise)
+    _refused(model, errors.MethodResultError, "Method 'zero_then_fail' returned input_rows", new,
+             method="zero_then_fail", source_tokenizer=source)
+    untied = make_model("llama-untied", tokenizers_en["sentencepiece"])
+    _refused(untied, ValueError, "a bug in the method", tokenizers_ru["sentencepiece"], method="zero_then_raise",
+             source_tokenizer=tokenizers_en["sentencepiece"])
+
+
+@pytest.mark.parametrize(("returned", "match"), [
+    (lambda c: InitResult(_rows(c, dtype=torch.complex64)), r"input_rows .* \(its dtype is torch.complex64\)"),
+    (lambda c: InitResult(_rows(c, 7, dtype=torch.int64)), r"input_rows .* \(its dtype is torch.int64\)"),
+    (lambda c: InitResult(_rows(c, dtype=torch.bool)), r"input_rows .* \(its dtype is torch.bool\)"),
+    (lambda c: InitResult(_rows(c).to("meta")), r"input_rows .* \(it is on the meta device, without values\)"),
+    (lambda c: InitResult(_rows(c).tolist()), r"input_rows .* \(it is a list\)"),
+    (lambda c: InitResult(_rows(c), diagnostics={"norm": torch.zeros(2)}),
+     r"diagnostics that are no JSON object \(TypeError: Object of type Tensor is not JSON serializable\)"),
+    (lambda c: InitResult(_rows(c), diagnostics=["x"]), r"diagnostics that are no JSON object \(a list\)"),
+    (lambda c: InitResult(_rows(c), diagnostics={1: "x"}),
+     r"diagnostics that are no JSON object \(keys \['int'\] besides str\)"),
+], ids=["complex", "int", "bool", "meta", "list rows", "tensor diagnostics", "list diagnostics", "int keys"])
+def test_method_returning_what_cannot_be_written(setup, monkeypatch, returned, match):
+    """Rows that would be cast (complex, int, bool), have no values (meta), and diagnostics config.json cannot hold
+    (saving then failed, or get_record blamed config.json) are the method's bug, refused before anything is written."""
+    model, source, new = setup
+    _register(monkeypatch, "odd", lambda context, config: returned(context))
+    _refused(model, errors.MethodResultError, "Method 'odd' returned " + match, new, method="odd",
+             source_tokenizer=source)
 
 
 def test_non_finite_rows_of_the_model_are_named(setup):

@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from conftest import FAMILIES
-from vocabshift.errors import UnsupportedTokenizerError
+from vocabshift.errors import TokenizerMismatchError, UnsupportedTokenizerError
 from vocabshift.vocab import align, detect_family, token_forms
 from vocabshift.vocab.forms import TokenForm, backend_state, native_string
 from vocabshift.vocab.segment import Segmenter
@@ -120,6 +120,21 @@ def test_alignment_keeps_source_ids_in_extend_mode(tokenizers_en, tokenizers_ru)
     alignment = align(source, merged, keep_source_ids=True)
     assert alignment.shared == [(i, i) for i in range(len(source))]
     assert alignment.new_ids == list(range(len(source), len(merged)))
+
+
+def test_keep_source_ids_refuses_a_target_that_does_not_extend_the_source(tokenizers_en, tokenizers_ru):
+    """It paired every source id with itself whatever the target held: a silently wrong alignment."""
+    from vocabshift.vocab import merge_tokenizers
+
+    source = tokenizers_en["bytelevel"]
+    with pytest.raises(TokenizerMismatchError, match=r"keep_source_ids=True, but target does not extend source: id "
+                       r"\d+ is '.*' in source \(700 tokens\) and is '.*' in target\. Pass as target the tokenizer "
+                       r"merge_tokenizers\(source, new\) returned"):
+        align(source, tokenizers_ru["bytelevel"], keep_source_ids=True)
+    merged, _ = merge_tokenizers(source, tokenizers_ru["bytelevel"])
+    with pytest.raises(TokenizerMismatchError, match=r"id 700 is '.*' in source \(\d+ tokens\) and does not exist "
+                       r"\(700 tokens\) in target"):  # the two swapped
+        align(merged, source, keep_source_ids=True)
 
 
 @pytest.mark.integration

@@ -20,9 +20,9 @@ STAGES = [
      "vocabshift.corpus", "vocabshift.headers", "vocabshift._record_values", "vocabshift.packing", "vocabshift.record",
      "vocabshift.registry"),
     ("vocabshift.vocab", "vocabshift.save"),  # save writes a tokenizer.model in step (vocab.spm_file)
-    ("vocabshift.wordvectors", "vocabshift.embeddings"),
+    ("vocabshift._vector_files", "vocabshift.wordvectors", "vocabshift.embeddings"),
     ("vocabshift.methods",),
-    ("vocabshift.inputs", "vocabshift.assemble", "vocabshift.extend"),
+    ("vocabshift.inputs", "vocabshift.results", "vocabshift.assemble", "vocabshift.extend"),
     ("vocabshift.training.texts", "vocabshift.training.cpt"),
     ("vocabshift.training.distill",),
     ("vocabshift.training",),

@@ -76,6 +76,44 @@ def test_accepted_options_build_the_config():
     assert config == _Options(3, 2, None, "b")
 
 
+def test_register_rejects_a_name_ending_in_a_newline_a_config_instance_and_unresolvable_annotations(monkeypatch):
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    with pytest.raises(InvalidArgumentError, match=r"Method name 'subword\\n' is invalid"):
+        registry.register_method("subword\n", config_class=_Options, pretty_name="x")
+    with pytest.raises(InvalidArgumentError, match=r"must be a frozen dataclass \(the class itself\), got _Options\("):
+        registry.register_method("instance", config_class=_Options(), pretty_name="x")
+
+    @dataclasses.dataclass(frozen=True)
+    class Forward:
+        count: NoSuchType = 1  # noqa: F821  (annotations are strings here: resolved when read)
+
+    with pytest.raises(InvalidArgumentError, match=r"Forward for 'forward' has an annotation that cannot be resolved "
+                       r"\(NameError: name 'NoSuchType' is not defined\)"):
+        registry.register_method("forward", config_class=Forward, pretty_name="x")
+    assert not {"subword\n", "instance", "forward"} & set(vocabshift.list_methods())
+
+
+def test_an_option_without_a_default_must_be_given():
+    @dataclasses.dataclass(frozen=True)
+    class Required:
+        count: int
+        size: int
+        scale: float = 1.0
+
+    spec = registry.MethodSpec("t", lambda c, o: None, Required, "T", None, "")
+    with pytest.raises(MethodOptionError, match=r"Method 't' needs the options count, size, which have no default: "
+                       r"pass count=\.\.\."):
+        registry.build_config(spec, {"scale": 2.0})
+    assert registry.build_config(spec, {"count": 1, "size": 2}) == Required(1, 2)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_float_options_must_be_finite(value):
+    spec = registry.MethodSpec("t", lambda c, o: None, _Options, "T", None, "")
+    with pytest.raises(MethodOptionError, match=f"Option scale={value!r} is invalid for method 't': pass a finite"):
+        registry.build_config(spec, {"scale": value})
+
+
 def test_id_packing_round_trips():
     ids = [0, 5, 2**31 - 1, 7, 7]
     assert unpack_ids(pack_ids(ids)) == ids

@@ -95,6 +95,28 @@ def test_salt_refuses_a_helper_of_another_vocabulary(tokenizers_en, tokenizers_r
         vocabshift.get_record(model)
 
 
+def _helper_rows(new, rows, value):
+    helper = make_model("qwen2-tied", new).get_input_embeddings().weight.detach().clone()
+    helper[rows] = value
+    return helper
+
+
+@pytest.mark.parametrize(("helper", "match"), [
+    (lambda new: _helper_rows(new, [100, 104], float("nan")), r"input embedding rows \[100, 104\] \(2 in all\) hold"),
+    (lambda new: _helper_rows(new, [3], 1e5).half(), r"input embedding rows \[3\] \(1 in all\) hold NaN or inf"),
+    (lambda new: make_model("qwen2-tied", new).to("meta"), "input embeddings are on the meta device: their values"),
+], ids=["NaN rows", "float16 overflow", "meta"])
+def test_salt_refuses_a_helper_without_finite_values(tokenizers_en, tokenizers_ru, token_vectors_ru, helper, match):
+    """Were a raw LinAlgError (eigh failed to converge) and a raw NotImplementedError (copy out of a meta tensor)."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    model = make_model("qwen2-tied", source)
+    before = model.get_input_embeddings().weight.detach().clone()
+    with pytest.raises(HelperModelError, match="helper_model's " + match):
+        model.extend_vocabulary(new, method="salt", source_tokenizer=source, helper_model=helper(new),
+                                word_vectors=token_vectors_ru["bytelevel"])
+    assert torch.equal(model.get_input_embeddings().weight, before)
+
+
 def test_missing_or_wrong_word_vectors_and_corpora_are_refused(tokenizers_en, tokenizers_ru, token_vectors_ru,
                                                                tmp_path):
     source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]

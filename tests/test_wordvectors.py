@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
+import zipfile
 
 import numpy as np
 import pytest
@@ -11,7 +13,13 @@ import torch
 import vocabshift
 from vocabshift import wordvectors
 from vocabshift.corpus import corpus_fingerprint
-from vocabshift.errors import CorpusError, InvalidTokenizerError, WordVectorsError, WordVectorsNotFoundError
+from vocabshift.errors import (
+    CorpusError,
+    InvalidArgumentError,
+    InvalidTokenizerError,
+    WordVectorsError,
+    WordVectorsNotFoundError,
+)
 from vocabshift.vocab.forms import TokenForm, native_string, token_forms
 
 
@@ -128,3 +136,72 @@ def test_vectors_from_a_tensor_of_any_dtype():
     matrix = torch.nn.Parameter(torch.arange(6, dtype=torch.bfloat16).view(2, 3))
     vectors = vocabshift.WordVectors(["a", "b"], matrix)
     assert vectors.vectors.dtype == np.float32 and vectors.vectors.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e40])  # 1e40 overflows float32
+def test_vectors_that_are_not_finite_are_refused_by_word(tmp_path, bad):
+    """A NaN or infinite row ended in a raw IndexError inside FOCUS's neighbour search, or a MethodResultError that
+    blamed OFA; it is refused where the vectors are made, naming the words."""
+    with pytest.raises(WordVectorsError, match=r"hold NaN or infinite values .* in 1 rows: 'б' \(row 1\)"):
+        vocabshift.WordVectors(["а", "б", "в"], np.array([[1.0, 2.0], [bad, 0.0], [3.0, 4.0]]))
+    path = tmp_path / "bad.vec"
+    path.write_text(f"2 3\nкот 0.1 0.2 0.3\ncat {bad} 0.2 0.25\n", encoding="utf-8")
+    with pytest.raises(WordVectorsError, match=r"from .*bad.vec hold NaN or infinite values .* 'cat' \(row 1\)"):
+        vocabshift.load_word_vectors(path)
+
+
+@pytest.mark.parametrize("family", ["klingon", 5, "unigram"])
+def test_a_family_that_is_none_of_the_tokenizer_families_is_refused(family):
+    with pytest.raises(InvalidArgumentError, match=f"family={family!r} is invalid: pass one of 'bytelevel', "):
+        vocabshift.WordVectors(["▁а"], [[1.0]], level="token", family=family)
+
+
+@pytest.mark.parametrize("share", [0.5, 0.9, 0.9999])
+def test_a_cut_off_bin_model_is_refused(token_vectors_ru, tmp_path, share):
+    """fastText loaded a cut-off .bin without complaint (garbage vectors): its size is checked against its header."""
+    data = open(token_vectors_ru["bytelevel"].source, "rb").read()
+    path = tmp_path / "cut.bin"
+    path.write_bytes(data[: int(len(data) * share)])
+    with pytest.raises(WordVectorsError, match=r"cut.bin' is truncated or damaged: its header declares [\d,]+ bytes, "
+                       r"the file has [\d,]+\. It was cut off while downloading or copying: download it again"):
+        vocabshift.load_word_vectors(path)
+    (tmp_path / "text.bin").write_text("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2 0.25\n", encoding="utf-8")
+    with pytest.raises(WordVectorsError, match="text.bin' is not a fastText .bin model .* a text .vec file named .vec"):
+        vocabshift.load_word_vectors(tmp_path / "text.bin")
+
+
+def test_vec_files_cut_off_or_compressed(tmp_path):
+    """A .vec holding fewer rows than its header declares was loaded silently; a .vec.gz (as fastText publishes
+    cc.*.vec.gz) is read; an archive vocabshift does not read is named."""
+    (tmp_path / "cut.vec").write_text("5 3\nа 1 2 3\nб 1 2 3\n", encoding="utf-8")
+    with pytest.raises(WordVectorsError, match="cut.vec' declares 5 vectors in its first line but holds 2: it was cut"):
+        vocabshift.load_word_vectors(tmp_path / "cut.vec")
+    with gzip.open(tmp_path / "cc.vec.gz", "wt", encoding="utf-8") as handle:
+        handle.write("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2 0.25\n")
+    vectors = vocabshift.load_word_vectors(tmp_path / "cc.vec.gz")
+    assert vectors.words == ["кот", "cat"] and vectors.vectors[1].tolist() == pytest.approx([0.1, 0.2, 0.25])
+    (tmp_path / "cut.vec.gz").write_bytes((tmp_path / "cc.vec.gz").read_bytes()[:-12])
+    with pytest.raises(WordVectorsError, match="cut.vec.gz' cannot be decompressed .* download it again"):
+        vocabshift.load_word_vectors(tmp_path / "cut.vec.gz")
+    with zipfile.ZipFile(tmp_path / "cc.vec.zip", "w") as archive:
+        archive.writestr("cc.vec", "кот 0.1 0.2 0.3\n")
+    with pytest.raises(WordVectorsError, match="cc.vec.zip' is a zip archive: decompress it first"):
+        vocabshift.load_word_vectors(tmp_path / "cc.vec.zip")
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"{broken", r"it is no UTF-8 JSON \(JSONDecodeError: "),
+    (b"\xff\xfe{}", r"it is no UTF-8 JSON \(UnicodeDecodeError: "),
+    (b"[1, 2]", "it holds a list, not an object"),
+    (b'{"level": "bogus"}', "its 'level' is 'bogus', none of token, word, auto"),
+    (b'{"level": "token", "family": "klingon"}', "its 'family' is 'klingon', none of bytelevel, sentencepiece"),
+], ids=["broken", "not UTF-8", "list", "level", "family"])
+def test_metadata_beside_the_vectors_that_is_not_what_training_writes(tmp_path, content, problem):
+    """Any <stem>.json beside the vectors is read as their metadata: a damaged one was a raw JSONDecodeError,
+    AttributeError or UnicodeDecodeError, or accepted (an unknown family)."""
+    path = tmp_path / "a.vec"
+    path.write_text("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2 0.25\n", encoding="utf-8")
+    (tmp_path / "a.json").write_bytes(content)
+    with pytest.raises(WordVectorsError, match=r"a.json', beside word_vectors='.*a.vec', is read as their metadata "
+                       rf"\(what train_word_vectors writes\), but {problem}.*: delete or rename it"):
+        vocabshift.load_word_vectors(path)

@@ -22,18 +22,13 @@ from .arguments import check_choice, check_count, check_flag, check_seed
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
-from .errors import (
-    InvalidArgumentError,
-    MethodResultError,
-    NoNewTokensError,
-    NonFiniteWeightsError,
-    TokenizerLoadError,
-)
+from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError
 from .inputs import resolve_inputs
 from .methods import InitContext, InitResult
 from .packing import id_ranges, pack_ids
 from .record import ExtensionRecord, earlier_records, extend_command, set_record
 from .registry import build_config, get_method
+from .results import check_result
 from .vocab.align import Alignment, align
 from .vocab.ids import remap_token_ids
 from .vocab.load import fingerprint, load_tokenizer
@@ -158,7 +153,7 @@ def extend_vocabulary(
         )
     context = _context(embeddings, alignment, source, target, seed, new)
     result = spec.function(context, resolve_inputs(config, new))
-    _check_result(result, context, method)
+    check_result(result, context, method)
     num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
     add_placeholders(target, num_rows)
     weights = assemble_weights(embeddings, alignment, result, num_rows, mode, len(source))
@@ -220,44 +215,16 @@ def _context(embeddings: Embeddings, alignment: Alignment, source: Tokenizer, ta
 
 
 def _source_rows(weight: torch.Tensor, count: int) -> torch.Tensor:
-    """The rows of the source tokenizer's ids; special tokens beyond the matrix (Gemma-3's image token) get the
-    mean row, as `assemble_weights` gives them."""
-    rows = weight.detach()[:count].float()
-    if count > rows.shape[0]:
-        rows = torch.cat([rows, rows.mean(dim=0, keepdim=True).expand(count - rows.shape[0], -1)])
+    """A float32 copy of the rows of the source tokenizer's ids: a method that writes into it (methods may be
+    user-registered) cannot change the model (`.float()` of float32 rows would be a view of them). One copy, made in
+    place. Special tokens beyond the matrix (Gemma-3's image token) get the mean row, as `assemble_weights` gives
+    them."""
+    present = min(count, weight.shape[0])
+    rows = torch.empty(count, weight.shape[1], dtype=torch.float32, device=weight.device)
+    rows[:present] = weight.detach()[:present]
+    if count > present:
+        rows[present:] = rows[:present].mean(dim=0, keepdim=True)
     return rows
-
-
-def _check_result(result: Any, context: InitContext, method: str) -> None:
-    """Methods may be user-registered: refuse wrong shapes and non-finite rows before writing anything."""
-    if not isinstance(result, InitResult):
-        raise MethodResultError(f"Method {method!r} returned {type(result).__name__}, not an InitResult.")
-    shape = (context.num_new, context.source_input.shape[1])
-    checked: list[tuple[str, torch.Tensor | None]] = [("input_rows", result.input_rows)]
-    if context.source_output is not None:
-        checked.append(("output_rows", result.output_rows))
-    for name, rows in checked:
-        if isinstance(rows, torch.Tensor) and tuple(rows.shape) == shape:
-            if torch.isfinite(rows).all():
-                continue
-            _refuse_non_finite_source(context)
-        raise MethodResultError(
-            f"Method {method!r} returned {name} that are not a finite {shape} tensor; the model is unchanged."
-        )
-
-
-def _refuse_non_finite_source(context: InitContext) -> None:
-    """New rows are built from the model's own: blame non-finite ones there, not the method."""
-    for name, rows in (("input embedding", context.source_input), ("output embedding", context.source_output)):
-        bad = [] if rows is None else (~torch.isfinite(rows).all(dim=1)).nonzero().flatten().tolist()
-        if bad:
-            tokens = context.source_tokenizer.convert_ids_to_tokens(bad[:5])
-            raise NonFiniteWeightsError(
-                f"The model's own {name} rows {bad[:5]}{' ...' if len(bad) > 5 else ''} ({len(bad)} in all; tokens "
-                f"{tokens}) hold NaN or infinite values, and new rows are built from the model's rows; the model is "
-                "unchanged. Load the model's original weights again (a failed training step or a bad conversion "
-                "may have written them), or repair those rows before extending."
-            )
 
 
 def _record(model: Model, call: _Call, config: Any, embeddings: Embeddings, tokenizers: dict[str, Tokenizer],

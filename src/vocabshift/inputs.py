@@ -51,7 +51,8 @@ def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
 
     Raises:
         `HelperModelError`: if the helper has no input embeddings, too few rows for `tokenizer`, far more rows than
-            it (another tokenizer's model), or a saved tokenizer whose vocabulary differs from `tokenizer`'s.
+            it (another tokenizer's model), a saved tokenizer whose vocabulary differs from `tokenizer`'s, or
+            embeddings without values (meta device) or with NaN or infinite rows.
     """
     matrix = helper if isinstance(helper, torch.Tensor) else _input_embeddings(helper)
     if matrix.dim() != 2 or not matrix.is_floating_point():
@@ -66,7 +67,26 @@ def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
             "match. Pass a helper trained with new_tokenizer, or new_tokenizer=<the helper's tokenizer>."
         )
     check_helper_vocabulary(getattr(helper, "name_or_path", None), tokenizer)
+    _check_values(matrix)
     return matrix.detach().float()
+
+
+def _check_values(matrix: torch.Tensor) -> None:
+    """Rows to read: not on the meta device, and finite (SALT's least squares fail to converge on NaN or inf, far
+    from the cause). Row sums in float64 cannot overflow from finite values."""
+    if matrix.is_meta:
+        raise HelperModelError(
+            "helper_model's input embeddings are on the meta device: their values are not loaded (a model built "
+            "under `torch.device('meta')`, or offloaded by a device_map). Load the helper's weights first, e.g. "
+            "AutoModel.from_pretrained(...) without a device_map that offloads."
+        )
+    bad = (~torch.isfinite(matrix.detach().sum(dim=1, dtype=torch.float64))).nonzero().flatten().tolist()
+    if bad:
+        raise HelperModelError(
+            f"helper_model's input embedding rows {bad[:5]}{' ...' if len(bad) > 5 else ''} ({len(bad)} in all) hold "
+            "NaN or infinite values (float16 overflows beyond 65504): load the helper's original weights again, in "
+            "float32 or bfloat16, or repair those rows."
+        )
 
 
 def _input_embeddings(helper: Any) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # methods import this module to register themselves: the Prot
 
 __all__ = ["MethodSpec", "build_config", "get_method", "list_methods", "method_table", "register_method"]
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")  # fullmatch: "$" would take a name ending in a newline
 
 
 @dataclass(frozen=True)
@@ -58,16 +59,14 @@ def register_method(
     Raises:
         `InvalidArgumentError`: if the name is malformed, taken (by vocabshift, or by a function defined elsewhere:
             the same function defined again, as when a notebook cell runs twice, replaces it), `config_class` is not a
-            frozen dataclass, `pretty_name` is empty, or what is decorated is not a function
-            (`InvalidArgumentTypeError`).
+            frozen dataclass (the class) or has annotations that cannot be resolved, `pretty_name` is empty, or what
+            is decorated is not a function (`InvalidArgumentTypeError`).
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidArgumentError(f"Method name {name!r} is invalid: use lower-case letters, digits and '_'.")
     if name in _METHODS and _site(_METHODS[name].function).startswith("vocabshift."):
         raise _taken(name)
-    params = getattr(config_class, "__dataclass_params__", None)
-    if params is None or not params.frozen:
-        raise InvalidArgumentError(f"config_class for {name!r} must be a frozen dataclass, got {config_class!r}.")
+    _check_config_class(name, config_class)
     if not isinstance(pretty_name, str) or not pretty_name:
         raise InvalidArgumentError(f"pretty_name={pretty_name!r} for {name!r} is invalid: pass the method's display "
                                    "name, e.g. 'FOCUS'.")
@@ -82,6 +81,21 @@ def register_method(
         return function
 
     return decorator
+
+
+def _check_config_class(name: str, config_class: Any) -> None:
+    """A frozen dataclass (the class, not an instance) whose annotations resolve, as `build_config` reads them."""
+    params = getattr(config_class, "__dataclass_params__", None)
+    if not isinstance(config_class, type) or params is None or not params.frozen:
+        raise InvalidArgumentError(f"config_class for {name!r} must be a frozen dataclass (the class itself), got "
+                                   f"{config_class!r}.")
+    try:
+        typing.get_type_hints(config_class)
+    except (NameError, TypeError, AttributeError) as error:  # what evaluating an annotation's string can raise
+        raise InvalidArgumentError(
+            f"config_class {config_class.__qualname__} for {name!r} has an annotation that cannot be resolved "
+            f"({type(error).__name__}: {error}): import the types its fields name at the top of its module."
+        ) from None
 
 
 def _site(function: Any) -> str:
@@ -126,24 +140,40 @@ def build_config(spec: MethodSpec, options: dict[str, Any]) -> Any:
 
     Raises:
         `MethodOptionTypeError`: for an unknown option (listing the accepted ones) or a value of the wrong type.
-        `MethodOptionError`: for a value of the right type that is none of the accepted choices; the config's
-            `__post_init__` raises it for values out of range.
+        `MethodOptionError`: for a value of the right type that is none of the accepted choices, a float that is
+            NaN or infinite, or an option without a default left out; the config's `__post_init__` raises it for
+            values out of range.
     """
-    hints = typing.get_type_hints(spec.config_class)
-    fields = {f.name for f in dataclasses.fields(spec.config_class)}
+    hints = typing.get_type_hints(spec.config_class)  # resolvable: register_method checked it
+    fields = {f.name: f for f in dataclasses.fields(spec.config_class)}
     for key, value in sorted(options.items()):
         if key not in fields:
             accepted = ", ".join(sorted(fields)) or "none"
             raise MethodOptionTypeError(
                 f"Unknown option {key!r} for method {spec.name!r}. Accepted options: {accepted}."
             )
-        if not _matches(value, hints[key]):
-            error = MethodOptionError if _matches(value, hints[key], choices=False) else MethodOptionTypeError
-            raise error(
-                f"Option {key}={value!r} for method {spec.name!r} has the wrong type or value: "
-                f"expected {_describe(hints[key])}."
-            )
+        _check_option(spec.name, key, value, hints[key])
+    missing = [name for name, f in fields.items() if name not in options and _required(f)]
+    if missing:
+        raise MethodOptionError(f"Method {spec.name!r} needs the option{'s' * (len(missing) > 1)} "
+                                f"{', '.join(missing)}, which {'have' if len(missing) > 1 else 'has'} no default: "
+                                f"pass {missing[0]}=... .")
     return spec.config_class(**options)
+
+
+def _check_option(method: str, key: str, value: Any, annotation: Any) -> None:
+    if not _matches(value, annotation):
+        error = MethodOptionError if _matches(value, annotation, choices=False) else MethodOptionTypeError
+        raise error(
+            f"Option {key}={value!r} for method {method!r} has the wrong type or value: "
+            f"expected {_describe(annotation)}."
+        )
+    if isinstance(value, float) and not math.isfinite(value):  # no option means anything by NaN or an infinity
+        raise MethodOptionError(f"Option {key}={value!r} is invalid for method {method!r}: pass a finite number.")
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.init and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 def _matches(value: Any, annotation: Any, *, choices: bool = True) -> bool:

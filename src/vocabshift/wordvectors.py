@@ -17,13 +17,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
 from huggingface_hub.utils import are_progress_bars_disabled, tqdm
 
 from ._typing import Corpus, Tokenizer, TokenizerLike
+from ._vector_files import read_bin, read_sidecar, read_vec
 from .arguments import check_choice, check_count, check_output_path, check_path
 from .corpus import corpus_fingerprint, documents
 from .errors import CorpusError, InvalidArgumentError, WordVectorsError, WordVectorsNotFoundError
@@ -64,9 +65,9 @@ class WordVectors:
         model (*optional*): the fastText model, to compose vectors of unseen words from character n-grams.
 
     Raises:
-        `WordVectorsError`: if `words` is not a list of strings, or `vectors` not a 2-D array of numbers with one
-            row per word.
-        `InvalidArgumentError`: another `level`.
+        `WordVectorsError`: if `words` is not a list of strings, or `vectors` not a 2-D array of finite numbers
+            with one row per word.
+        `InvalidArgumentError`: another `level` or `family`.
     """
 
     def __init__(self, words: Sequence[str], vectors: Any, *, level: Level = "word", family: Family | None = None,
@@ -77,7 +78,8 @@ class WordVectors:
         if isinstance(vectors, torch.Tensor):  # any dtype or device, a parameter too
             vectors = vectors.detach().float().cpu().numpy()
         try:
-            vectors = np.asarray(vectors, dtype=np.float32)
+            with np.errstate(over="ignore"):  # values beyond float32 become inf, which _check_finite names
+                vectors = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as error:
             raise WordVectorsError(f"vectors is a {type(vectors).__name__} that is no matrix of numbers ({error}): "
                                    "pass a 2-D array or tensor, one row per word.") from None
@@ -86,6 +88,9 @@ class WordVectors:
                 f"Word vectors{f' from {source}' if source else ''} have shape {vectors.shape} for {len(words)} "
                 "words: pass one row of the same non-zero dimension per word."
             )
+        _check_finite(words, vectors, source)
+        if family is not None:
+            check_choice(family, get_args(Family), name="family")
         self.words, self.vectors, self.level, self.family = list(words), vectors, level, family
         self.source, self._model = source, model
         self._index = {word: i for i, word in enumerate(self.words)}
@@ -148,6 +153,19 @@ class WordVectors:
     def describe(self) -> dict[str, Any]:
         """A JSON summary for the extension record."""
         return {"source": self.source, "level": self.level, "dim": self.dim, "size": len(self)}
+
+
+def _check_finite(words: Sequence[str], vectors: np.ndarray, source: str) -> None:
+    """Refuse NaN or infinite rows (a damaged file, a value beyond float32 such as 1e40): nearest-neighbour and
+    least-squares methods fail on them far from the cause. Row sums in float64 cannot overflow from finite float32
+    values, and need no copy of the matrix."""
+    bad = np.flatnonzero(~np.isfinite(vectors.sum(axis=1, dtype=np.float64)))
+    if len(bad):
+        named = ", ".join(f"{words[i]!r} (row {i})" for i in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise WordVectorsError(
+            f"Word vectors{f' from {source}' if source else ''} hold NaN or infinite values (or values beyond float32, "
+            f"such as 1e40) in {len(bad)} rows: {named}. Download or train them again, or drop those words."
+        )
 
 
 def default_cache_dir() -> Path:
@@ -280,8 +298,9 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
 
     Raises:
         `WordVectorsNotFoundError`: if the file does not exist.
-        `WordVectorsError`: if it is a folder, not a fastText model or a `.vec` file with rows of the declared
-            dimension.
+        `WordVectorsError`: if it is a folder, not a fastText model, a model shorter than its header declares
+            (cut off), a `.vec` file (plain or gzip) without the rows its header declares, or with NaN or infinite
+            values; or if the metadata `<stem>.json` beside it is not what `train_word_vectors` writes.
         `InvalidArgumentError`: another `level`, or a `path` that is no path (`InvalidArgumentTypeError`).
     """
     if level is not None:
@@ -294,48 +313,11 @@ def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) ->
             f"word_vectors={str(path)!r} does not exist: pass a fastText .bin or .vec file, a WordVectors, or "
             "corpus=... to train vectors."
         )
-    sidecar = path.with_suffix(".json")
-    meta = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    meta = read_sidecar(path)
     level = level or meta.get("level", "auto")
     if path.suffix == ".bin":
-        words, vectors, model = _read_bin(path)
+        words, vectors, model = read_bin(path)
         model = None if level == "token" else model  # only word level composes unseen keys
     else:
-        (words, vectors), model = _read_vec(path), None
+        (words, vectors), model = read_vec(path), None
     return WordVectors(words, vectors, level=level, family=meta.get("family"), source=str(path), model=model)
-
-
-def _read_bin(path: Path) -> tuple[list[str], np.ndarray, Any]:
-    import fasttext
-
-    try:
-        model = fasttext.load_model(str(path))
-    except (ValueError, RuntimeError, OSError) as error:
-        raise WordVectorsError(f"word_vectors={str(path)!r} is not a fastText .bin model: {error}.") from None
-    words = [word for word in model.get_words(on_unicode_error="replace") if word != "</s>"]
-    vectors = (np.stack([model.get_word_vector(word) for word in words]) if words
-               else np.zeros((0, model.get_dimension())))
-    return words, vectors, model
-
-
-def _read_vec(path: Path) -> tuple[list[str], np.ndarray]:
-    """word2vec text format: an optional `count dim` header, then `word v1 ... vdim` per line."""
-    words, rows, dim = [], [], None
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            parts = line.rstrip("\n").rstrip(" ").split(" ")
-            if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                dim = int(parts[1])
-                continue
-            dim = dim or len(parts) - 1
-            if len(parts) - 1 != dim:
-                raise WordVectorsError(
-                    f"word_vectors={str(path)!r} line {number} has {len(parts) - 1} values, but the vectors have "
-                    f"dimension {dim}: the file is damaged or mixes vectors of different models."
-                )
-            try:
-                rows.append(np.asarray(parts[1:], dtype=np.float32))
-            except ValueError:
-                raise WordVectorsError(f"word_vectors={str(path)!r} line {number} holds a non-number.") from None
-            words.append(parts[0])
-    return words, np.stack(rows) if rows else np.zeros((0, dim or 0), dtype=np.float32)

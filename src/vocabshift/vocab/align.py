@@ -8,6 +8,7 @@ from huggingface_hub.utils import tqdm
 
 from .._typing import Tokenizer
 from ..arguments import check_flag
+from ..errors import TokenizerMismatchError
 from .forms import Family, TokenForm, backend_state, detect_family, token_forms
 from .load import load_tokenizer
 from .segment import Segmenter
@@ -59,7 +60,8 @@ def align(source: Tokenizer, target: Tokenizer, *, keep_source_ids: bool = False
 
     Raises:
         `InvalidTokenizerError`, `TokenizerLoadError`: `source`, `target` or `new` is not a fast tokenizer (or its
-            path). `InvalidArgumentTypeError`: `keep_source_ids` is not True or False.
+            path). `InvalidArgumentTypeError`: `keep_source_ids` is not True or False. `TokenizerMismatchError`:
+            with `keep_source_ids`, `target` does not hold every token of `source` at its id.
     """
     source, target = load_tokenizer(source, argument="source"), load_tokenizer(target, argument="target")
     check_flag(keep_source_ids, name="keep_source_ids")
@@ -69,6 +71,7 @@ def align(source: Tokenizer, target: Tokenizer, *, keep_source_ids: bool = False
     target_state = backend_state(target)
     target_forms = token_forms(target, target_state)
     if keep_source_ids:
+        _check_extends(source, target, source_forms, target_forms)
         shared = [(i, i) for i in range(len(source_forms))]
     else:
         first_id: dict[tuple[object, ...], int] = {}
@@ -84,3 +87,21 @@ def align(source: Tokenizer, target: Tokenizer, *, keep_source_ids: bool = False
     new_forms = None if new is None else token_forms(new)
     return Alignment(source_forms, target_forms, shared, new_ids, decompositions, detect_family(target_state),
                      new_forms)
+
+
+def _check_extends(source: Tokenizer, target: Tokenizer, source_forms: list[TokenForm],
+                   target_forms: list[TokenForm]) -> None:
+    """`keep_source_ids` pairs each source id with itself: refuse a target that does not keep them all, which would
+    give a silently wrong alignment."""
+    differing = next((i for i, form in enumerate(source_forms)
+                      if i >= len(target_forms) or target_forms[i].key != form.key), None)
+    if differing is None:
+        return
+    found = (f"is {target.convert_ids_to_tokens(differing)!r}" if differing < len(target_forms)
+             else f"does not exist ({len(target_forms)} tokens)")
+    raise TokenizerMismatchError(
+        f"keep_source_ids=True, but target does not extend source: id {differing} is "
+        f"{source.convert_ids_to_tokens(differing)!r} in source ({len(source_forms)} tokens) and {found} in target. "
+        "Pass as target the tokenizer merge_tokenizers(source, new) returned, or keep_source_ids=False to pair "
+        "tokens by their forms."
+    )
