@@ -208,10 +208,10 @@ def test_unknown_mode(setup):
              mode="append", source_tokenizer=source)
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, None])
+@pytest.mark.parametrize("value", [-1, 1.5, None, 2**32])
 def test_bad_seed(setup, value):
     model, source, new = setup
-    _refused(model, errors.InvalidArgumentError, "seed=.* is invalid: pass a non-negative int", new, seed=value,
+    _refused(model, errors.InvalidArgumentError, r"seed=.* is invalid: pass an int in \[0, 2\*\*32\)", new, seed=value,
              source_tokenizer=source)
 
 

@@ -48,11 +48,12 @@ def test_untied_rows_ignore_the_shift(tokenizers_en, tokenizers_ru):
         assert torch.equal(_new_rows(plain, record, output), _new_rows(asked, asked_record, output))
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.5, math.nan])
-def test_shift_outside_zero_one_is_refused(tokenizers_en, tokenizers_ru, value):
+@pytest.mark.parametrize(("value", "match"), [(-0.1, "from 0 \\(off\\) to 1"), (1.5, "from 0 \\(off\\) to 1"),
+                                              (math.nan, "pass a finite number")])  # every float option's check
+def test_shift_outside_zero_one_is_refused(tokenizers_en, tokenizers_ru, value, match):
     source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
     model = make_model("qwen2-tied", source)
     before = copy.deepcopy(model.state_dict())
-    with pytest.raises(MethodOptionError, match="tied_mean_shift.*from 0 \\(off\\) to 1"):
+    with pytest.raises(MethodOptionError, match=f"tied_mean_shift.*{match}"):
         model.extend_vocabulary(new, source_tokenizer=source, method="subword", tied_mean_shift=value)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
