@@ -16,6 +16,7 @@ from vocabshift.corpus import corpus_fingerprint
 from vocabshift.errors import (
     CorpusError,
     InvalidArgumentError,
+    InvalidArgumentTypeError,
     InvalidTokenizerError,
     WordVectorsError,
     WordVectorsNotFoundError,
@@ -154,6 +155,13 @@ def test_vectors_that_are_not_finite_are_refused_by_word(tmp_path, bad):
 def test_a_family_that_is_none_of_the_tokenizer_families_is_refused(family):
     with pytest.raises(InvalidArgumentError, match=f"family={family!r} is invalid: pass one of 'bytelevel', "):
         vocabshift.WordVectors(["▁а"], [[1.0]], level="token", family=family)
+
+
+def test_a_model_that_is_no_fasttext_model_is_refused():
+    """It was read only when composing a vector of an unseen word: a raw AttributeError then."""
+    with pytest.raises(InvalidArgumentTypeError, match=r"model is a str: pass the fastText model the vectors come "
+                       r"from \(fasttext.load_model\(path\)\), or None"):
+        vocabshift.WordVectors(["▁а"], [[1.0]], level="token", model="cc.ru.300.bin")
 
 
 @pytest.mark.parametrize("share", [0.5, 0.9, 0.9999])

@@ -20,8 +20,9 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
            "check_positions", "check_rate", "check_repo_id", "check_seed", "check_shard_size", "check_texts",
-           "check_token", "is_collection", "is_int", "model_positions"]
+           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions"]
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: what errors="surrogateescape" leaves of undecodable bytes
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
 
 
@@ -99,10 +100,22 @@ def check_texts(value: Any, *, name: str, blanks: bool = False) -> Sequence[str]
         if not isinstance(text, str):
             raise InvalidArgumentTypeError(f"{name}[{index}] is a {type(text).__name__}: pass a non-empty list of "
                                            "strings, one line or document each.")
+        if odd := lone_surrogate(text):
+            raise InvalidArgumentError(f"{name}[{index}] {odd}")
         if not blanks and not text.strip():
             raise InvalidArgumentError(f"{name}[{index}] is {'empty' if not text else 'blank'}: drop empty lines "
                                        f"from {name}.")
     return value
+
+
+def lone_surrogate(text: str) -> str | None:
+    """What to say of `text` when it holds a lone surrogate, which no encoder writes (the tokenizers and fastText fail
+    on it), else None."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    return (f"holds a lone surrogate ({found.group()!r} at character {found.start()}), which is no text: read files "
+            "with encoding='utf-8' and errors='strict' or 'replace', not 'surrogateescape'.")
 
 
 def check_path(value: Any, *, name: str) -> Path:

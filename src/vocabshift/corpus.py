@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .arguments import is_collection
+from .arguments import is_collection, lone_surrogate
 from .errors import CorpusError
 
 __all__ = ["corpus_fingerprint", "documents", "read_texts", "shipped_english", "source_lines"]
@@ -68,6 +68,8 @@ def text_lines(texts: Any, *, name: str = "texts") -> list[str]:
     bad = next((index for index, line in enumerate(lines) if not isinstance(line, str)), None)
     if bad is not None:  # an index: the item itself may be None
         raise CorpusError(f"{name} holds a {type(lines[bad]).__name__} ({lines[bad]!r:.60}): pass strings only.")
+    if odd := next(((index, why) for index, line in enumerate(lines) if (why := lone_surrogate(line))), None):
+        raise CorpusError(f"{name}[{odd[0]}] {odd[1]}")
     if not any(line.strip() for line in lines):
         raise CorpusError(f"{name} holds no text ({len(lines)} items, all empty): pass lines of text.")
     return lines
@@ -84,6 +86,8 @@ def documents(corpus: Any) -> Iterator[str]:
                     f"corpus item {number} is a {type(item).__name__}, not str: decode bytes first, e.g. "
                     "item.decode('utf-8') (or the encoding the text was written in)."
                 )
+            if odd := lone_surrogate(item):
+                raise CorpusError(f"corpus item {number} {odd}")
             yield item
     else:
         raise CorpusError(

@@ -27,7 +27,13 @@ from ._typing import Corpus, Tokenizer, TokenizerLike
 from ._vector_files import read_bin, read_sidecar, read_vec
 from .arguments import check_choice, check_count, check_output_path, check_path
 from .corpus import corpus_fingerprint, documents
-from .errors import CorpusError, InvalidArgumentError, WordVectorsError, WordVectorsNotFoundError
+from .errors import (
+    CorpusError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    WordVectorsError,
+    WordVectorsNotFoundError,
+)
 from .vocab.forms import Family, TokenForm, backend_state, detect_family, native_string
 from .vocab.load import fingerprint, load_tokenizer
 
@@ -67,7 +73,8 @@ class WordVectors:
     Raises:
         `WordVectorsError`: if `words` is not a list of strings, or `vectors` not a 2-D array of finite numbers
             with one row per word.
-        `InvalidArgumentError`: another `level` or `family`.
+        `InvalidArgumentError`: another `level` or `family`. `InvalidArgumentTypeError`: a `model` without
+            `get_word_vector` (no fastText model).
     """
 
     def __init__(self, words: Sequence[str], vectors: Any, *, level: Level = "word", family: Family | None = None,
@@ -91,6 +98,9 @@ class WordVectors:
         _check_finite(words, vectors, source)
         if family is not None:
             check_choice(family, get_args(Family), name="family")
+        if model is not None and not callable(getattr(model, "get_word_vector", None)):  # read when composing
+            raise InvalidArgumentTypeError(f"model is a {type(model).__name__}: pass the fastText model the vectors "
+                                           "come from (fasttext.load_model(path)), or None.")
         self.words, self.vectors, self.level, self.family = list(words), vectors, level, family
         self.source, self._model = source, model
         self._index = {word: i for i, word in enumerate(self.words)}
