@@ -28,6 +28,7 @@ __all__ = [
     "embedding_names",
     "find_embeddings",
     "input_matrix",
+    "non_finite_rows",
     "original_embeddings",
 ]
 
@@ -267,3 +268,9 @@ def original_embeddings(model: Model) -> OriginalEmbeddings | None:
     """The embedding tensors `extend_vocabulary` kept on `model` when it replaced its vocabulary; None if none."""
     found = vars(model).get(ORIGINALS)
     return found if isinstance(found, OriginalEmbeddings) else None
+
+
+def non_finite_rows(matrix: torch.Tensor) -> list[int]:
+    """The ids of the rows of `matrix` that hold NaN or infinite values. Row sums in float64 cannot overflow from
+    finite values (and a row of +inf and -inf sums to NaN), so no boolean copy of the matrix is made."""
+    return (~torch.isfinite(matrix.detach().sum(dim=1, dtype=torch.float64))).nonzero().flatten().tolist()

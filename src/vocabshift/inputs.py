@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import torch
 
 from ._typing import Tokenizer
-from .embeddings import input_matrix
+from .embeddings import input_matrix, non_finite_rows
 from .errors import HelperModelError
 from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
 
@@ -73,14 +73,14 @@ def helper_matrix(helper: Any, tokenizer: Tokenizer) -> torch.Tensor:
 
 def _check_values(matrix: torch.Tensor) -> None:
     """Rows to read: not on the meta device, and finite (SALT's least squares fail to converge on NaN or inf, far
-    from the cause). Row sums in float64 cannot overflow from finite values."""
+    from the cause)."""
     if matrix.is_meta:
         raise HelperModelError(
             "helper_model's input embeddings are on the meta device: their values are not loaded (a model built "
             "under `torch.device('meta')`, or offloaded by a device_map). Load the helper's weights first, e.g. "
             "AutoModel.from_pretrained(...) without a device_map that offloads."
         )
-    bad = (~torch.isfinite(matrix.detach().sum(dim=1, dtype=torch.float64))).nonzero().flatten().tolist()
+    bad = non_finite_rows(matrix)
     if bad:
         raise HelperModelError(
             f"helper_model's input embedding rows {bad[:5]}{' ...' if len(bad) > 5 else ''} ({len(bad)} in all) hold "

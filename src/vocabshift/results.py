@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .embeddings import non_finite_rows
 from .errors import MethodResultError, NonFiniteWeightsError
 from .methods import InitContext, InitResult
 
@@ -77,7 +78,7 @@ def _check_diagnostics(diagnostics: Any, method: str) -> None:
 def _refuse_non_finite_source(context: InitContext) -> None:
     """New rows are built from the model's own: blame non-finite ones there, not the method."""
     for name, rows in (("input embedding", context.source_input), ("output embedding", context.source_output)):
-        bad = [] if rows is None else (~torch.isfinite(rows).all(dim=1)).nonzero().flatten().tolist()
+        bad = [] if rows is None else non_finite_rows(rows)
         if bad:
             tokens = context.source_tokenizer.convert_ids_to_tokens(bad[:5])
             raise NonFiniteWeightsError(

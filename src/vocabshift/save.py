@@ -30,8 +30,8 @@ from .record import ExtensionRecord, find_record
 from .vocab.load import fingerprint
 from .vocab.spm_file import save_sentencepiece
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "check_replaceable", "save_pretrained_atomic",
-           "save_tokenizer"]
+__all__ = ["LEGACY_TOKENIZER_FILES", "LICENSE_PREFIXES", "TOKENIZER_FILES", "atomic_file", "atomic_folder",
+           "atomic_write_text", "check_replaceable", "save_pretrained_atomic", "save_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +40,14 @@ _NAME_BYTES = 180  # of the output's name in its siblings': with the rest, withi
 # its tokenizer, and what vocabshift adds (the card, the loss curve, the license files propagate copies). An output
 # folder is replaced only when it holds nothing else: never a project, a Trainer's output_dir with its checkpoints or
 # a clone of a Hub repo, whose other files the swap would delete.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                    "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
-                    "chat_template.json", "additional_chat_templates/")
-_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
-                "model.safetensors.index.json", "README.md", "cpt_loss.png", "LICENSE*", "NOTICE*", "USE_POLICY*",
-                *_TOKENIZER_FILES)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "chat_template.jinja", "chat_template.json")
+LEGACY_TOKENIZER_FILES = ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "spiece.model")
+LICENSE_PREFIXES = ("LICENSE", "NOTICE", "USE_POLICY")
+_TOKENIZER_ENTRIES = (*TOKENIZER_FILES, *LEGACY_TOKENIZER_FILES, "additional_chat_templates/")
+_MODEL_ENTRIES = ("config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
+                  "model.safetensors.index.json", "README.md", "cpt_loss.png",
+                  *(f"{prefix}*" for prefix in LICENSE_PREFIXES), *_TOKENIZER_ENTRIES)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -239,7 +241,7 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
             f"{str(folder)!r} is a non-empty folder that holds no saved model (no config.json); vocabshift replaces "
             "output folders as a whole, so it refuses to overwrite it. Pass a new or empty folder."
         )
-    others = _others(target, _MODEL_FILES if holds == "model" else _TOKENIZER_FILES)
+    others = _others(target, _MODEL_ENTRIES if holds == "model" else _TOKENIZER_ENTRIES)
     if others:
         more = f" ({len(others)} in all)" if len(others) > 3 else ""
         raise ModelFolderError(

@@ -12,11 +12,11 @@ from typing import Any
 from .._typing import Tokenizer
 from ..headers import read_json_object
 from ..record import ExtensionRecord, propagated, store_record
-from ..save import atomic_write_text
+from ..save import LICENSE_PREFIXES, atomic_write_text
 from ..vocab.ids import remap_token_ids
 from ..vocab.load import fingerprint
 from .checks import Model
-from .sources import INDEX, LICENSE_PREFIXES, Layout, Source
+from .sources import INDEX, Layout, Source
 
 __all__ = ["write_configs", "write_index", "write_license_files"]
 

@@ -25,16 +25,13 @@ from huggingface_hub.utils import validate_repo_id
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
 from ..headers import load_config, read_config, read_header, read_index
+from ..save import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, TOKENIZER_FILES
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                    "chat_template.jinja", "chat_template.json")
-_LEGACY_TOKENIZER_FILES = ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "spiece.model")
 _INSTRUCT_FILES = ("generation_config.json",)
-LICENSE_PREFIXES = ("LICENSE", "NOTICE", "USE_POLICY")
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ def _hub_source(repo_id: str, role: str, revision: str | None, token: str | bool
 
 
 def _tokenizer_files(files: tuple[str, ...]) -> list[str]:
-    names = _TOKENIZER_FILES if "tokenizer.json" in files else _TOKENIZER_FILES + _LEGACY_TOKENIZER_FILES
+    names = TOKENIZER_FILES if "tokenizer.json" in files else TOKENIZER_FILES + LEGACY_TOKENIZER_FILES
     return [f for f in files if f in names or f.startswith("additional_chat_templates/")]
 
 
