@@ -7,7 +7,18 @@ import pytest
 import torch
 
 from vocabshift.methods import base, neighbors
-from vocabshift.methods.neighbors import SparseWeights, normalize, sparsemax, sparsemax_neighbors, topk_neighbors
+from vocabshift.errors import MethodOptionError
+from vocabshift.methods.focus import FocusConfig
+from vocabshift.methods.neighbors import (
+    MIN_TEMPERATURE,
+    SparseWeights,
+    normalize,
+    sparsemax,
+    sparsemax_neighbors,
+    topk_neighbors,
+)
+from vocabshift.methods.ofa import OfaConfig
+from vocabshift.methods.salt import SaltConfig
 from vocabshift.methods.salt import _least_squares
 from vocabshift.methods.wordmatch import factorize
 
@@ -40,6 +51,29 @@ def test_sparsemax_neighbors_equals_the_dense_computation(monkeypatch, temperatu
     torch.testing.assert_close(sparsemax(scores), expected, rtol=0, atol=1e-12)
     if temperature == 20.0:  # flat scores: supports beyond the first 64 candidates, found by widening
         assert weights.support_sizes().max() > 64
+
+
+def test_sparsemax_at_the_smallest_temperature_takes_each_query_s_nearest_key():
+    """Scores of 1e30: `1 + z_1 > z_1` is lost to rounding unless each row is shifted to start at 0 (an index error
+    before)."""
+    generator = torch.Generator().manual_seed(3)
+    queries, keys = torch.randn(6, 8, generator=generator), torch.randn(50, 8, generator=generator)
+    nearest = (normalize(queries) @ normalize(keys).T).argmax(dim=1)
+    weights = sparsemax_neighbors(queries, keys, temperature=MIN_TEMPERATURE)
+    torch.testing.assert_close(_dense(weights, len(keys)), torch.eye(len(keys), dtype=torch.float64)[nearest])
+    scores = normalize(queries.double()) @ normalize(keys.double()).T / MIN_TEMPERATURE
+    torch.testing.assert_close(sparsemax(scores), torch.eye(len(keys), dtype=torch.float64)[nearest])
+
+
+@pytest.mark.parametrize("config", [
+    lambda t: FocusConfig(word_vectors="cc.ru.300.bin", temperature=t),
+    lambda t: OfaConfig(word_vectors="cc.ru.300.bin", temperature=t),
+    lambda t: SaltConfig(word_vectors="cc.ru.300.bin", helper_model=torch.zeros(3, 2), temperature=t),
+], ids=["focus", "ofa", "salt"])
+def test_methods_refuse_a_temperature_whose_similarities_overflow(config):
+    config(MIN_TEMPERATURE)
+    with pytest.raises(MethodOptionError, match="temperature=1e-40"):
+        config(1e-40)
 
 
 def test_sparsemax_neighbors_is_exact_where_float32_cannot_rank(monkeypatch):

@@ -20,7 +20,7 @@ from ..registry import register_method
 from ..wordvectors import WordVectors
 from .anchors import check_vector_options, token_space
 from .base import InitContext, InitResult, resolved, side_rows, with_fallback
-from .neighbors import sparsemax_neighbors, summarize
+from .neighbors import MIN_TEMPERATURE, sparsemax_neighbors, summarize
 
 __all__ = ["FocusConfig", "init_focus"]
 
@@ -46,8 +46,9 @@ class FocusConfig:
 
     def __post_init__(self) -> None:
         check_vector_options("focus", self.word_vectors, self.corpus)
-        if not self.temperature > 0:
-            raise MethodOptionError(f"focus temperature={self.temperature!r} is invalid: pass a positive number.")
+        if not self.temperature >= MIN_TEMPERATURE:
+            raise MethodOptionError(f"focus temperature={self.temperature!r} is invalid: pass a number >= "
+                                    f"{MIN_TEMPERATURE:g}.")
 
 
 @register_method(

@@ -16,12 +16,16 @@ from huggingface_hub.utils import tqdm
 
 from .base import precise
 
-__all__ = ["SparseWeights", "normalize", "sparsemax", "sparsemax_neighbors", "summarize", "topk_neighbors"]
+__all__ = ["MIN_TEMPERATURE", "SparseWeights", "normalize", "sparsemax", "sparsemax_neighbors", "summarize",
+           "topk_neighbors"]
 
 _BLOCK_ELEMENTS = 1 << 23  # similarities held at once (64 MB of float64)
 # Candidates per row before widening: above the usual FOCUS support (median 14, p90 about 22 with token-level
 # fastText); topk of 24 costs less than half of topk of 64 on CPU (0.08 vs 0.19 s for 13k x 1.5k scores).
 _START_CANDIDATES = 24
+# The smallest similarity temperature the methods accept: similarities divided by it stay finite in float32 (MPS's
+# widest type). Near it every new token already takes its most similar key's row alone.
+MIN_TEMPERATURE = 1e-30
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,15 @@ def normalize(vectors: torch.Tensor) -> torch.Tensor:
 def sparsemax(scores: torch.Tensor) -> torch.Tensor:
     """Sparsemax (Martins & Astudillo, 2016) of each row of `scores`."""
     wide = precise(scores.device)
-    ordered = scores.to(wide).sort(dim=1, descending=True).values
-    _, tau = _support(ordered)
-    return (scores.to(wide) - tau[:, None]).clamp_min(0).to(scores.dtype)
+    scores = scores.to(wide)
+    ordered = scores.sort(dim=1, descending=True).values
+    _, tau = _support(ordered - ordered[:, :1])
+    return (scores - ordered[:, :1] - tau[:, None]).clamp_min(0).to(scores.dtype)
 
 
 def _support(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Support size k* and threshold tau of sparsemax for rows sorted in descending order."""
+    """Support size k* and threshold tau of sparsemax for rows sorted in descending order, each starting at 0
+    (sparsemax is shift-invariant, and a shifted row keeps the 1 in `1 + k * z_k > sum` when scores are large)."""
     cumulative = ordered.cumsum(dim=1)
     ranks = torch.arange(1, ordered.shape[1] + 1, dtype=ordered.dtype, device=ordered.device)
     size = (1 + ranks * ordered > cumulative).sum(dim=1)  # the k satisfying it are exactly 1..k*
@@ -101,6 +107,7 @@ def sparsemax_neighbors(
         pending, candidates = torch.arange(start, stop, device=device), min(_START_CANDIDATES, len(keys))
         while len(pending):
             exact, index = scores.topk(candidates, dim=1)
+            exact = exact - exact[:, :1]
             size, tau = _support(exact)
             done = (size < candidates) | (candidates == len(keys))
             if max_support is not None and candidates > max_support:

@@ -22,7 +22,7 @@ from ..errors import MethodOptionError, WordVectorsError
 from ..registry import register_method
 from ..wordvectors import WordVectors
 from .base import InitContext, InitResult, precise, side_rows, with_fallback
-from .neighbors import SparseWeights, summarize, topk_neighbors
+from .neighbors import MIN_TEMPERATURE, SparseWeights, summarize, topk_neighbors
 from .wordmatch import factorize, multilingual_vectors, token_word_sets
 
 __all__ = ["OfaConfig", "init_ofa", "ofa_weights"]
@@ -51,10 +51,10 @@ class OfaConfig:
                 "Method 'ofa' needs word_vectors=...: word-level multilingual vectors (a fastText .bin or .vec path, "
                 "or vocabshift.WordVectors) in which words of the old and the new language share one space."
             )
-        if self.neighbors < 1 or not self.temperature > 0 or (self.rank is not None and self.rank < 1):
+        if self.neighbors < 1 or not self.temperature >= MIN_TEMPERATURE or (self.rank is not None and self.rank < 1):
             raise MethodOptionError(
                 f"ofa neighbors={self.neighbors!r} and rank={self.rank!r} must be >= 1 and "
-                f"temperature={self.temperature!r} > 0."
+                f"temperature={self.temperature!r} >= {MIN_TEMPERATURE:g}."
             )
 
 

@@ -37,7 +37,7 @@ from ..wordvectors import WordVectors
 from .anchors import check_vector_options, token_space
 from .base import InitContext, InitResult, median_norm, precise, resolved, side_rows, with_fallback
 from .linear_map import LinearMap, fit_linear_map
-from .neighbors import SparseWeights, sparsemax_neighbors, summarize
+from .neighbors import MIN_TEMPERATURE, SparseWeights, sparsemax_neighbors, summarize
 
 __all__ = ["SaltConfig", "init_salt"]
 
@@ -92,9 +92,10 @@ class SaltConfig:
                 "(any transformers model with input embeddings), or its input embedding matrix as a tensor."
             )
         check_vector_options("salt", self.word_vectors, self.corpus)
-        if self.ridge < 0 or not self.temperature > 0 or (self.max_anchors is not None and self.max_anchors < 1):
+        if self.ridge < 0 or not self.temperature >= MIN_TEMPERATURE or (
+                self.max_anchors is not None and self.max_anchors < 1):
             raise MethodOptionError(
-                f"salt ridge={self.ridge!r} must be >= 0, temperature={self.temperature!r} > 0 and "
+                f"salt ridge={self.ridge!r} must be >= 0, temperature={self.temperature!r} >= {MIN_TEMPERATURE:g} and "
                 f"max_anchors={self.max_anchors!r} >= 1."
             )
         if self.norm_guard is not None and not self.norm_guard > 1:
