@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -24,8 +25,8 @@ from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
 __all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted",
-           "load_config", "missing_config", "read_config", "read_header", "read_index", "read_json_object",
-           "read_weight_map"]
+           "json_object", "load_config", "missing_config", "read_config", "read_header", "read_index",
+           "read_json_object", "read_weight_map"]
 
 # what AutoConfig raises for a config.json it cannot use: an unknown model_type, a field of the wrong type (a
 # hand edit: "vocab_size": 1408.0 fails transformers' strict dataclass validation), a missing field
@@ -89,14 +90,18 @@ def read_json_object(path: Path) -> dict[str, Any]:
     Raises:
         `ModelFolderError`: it is not valid UTF-8 JSON, or not an object (corrupted).
     """
+    return json_object(path, lambda why: ModelFolderError(f"{str(path)!r} cannot be read ({why}): it is corrupted; "
+                                                          "save the model again."))
+
+
+def json_object(path: Path, damaged: Callable[[str], Exception]) -> dict[str, Any]:
+    """The JSON object in `path`; raises `damaged(why)` when it is not valid UTF-8 JSON, or not an object."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-        raise ModelFolderError(f"{str(path)!r} cannot be read ({type(error).__name__}: {error}): it is corrupted; "
-                               "save the model again.") from None
+        raise damaged(f"{type(error).__name__}: {error}") from None
     if not isinstance(value, dict):
-        raise ModelFolderError(f"{str(path)!r} cannot be read (a JSON {type(value).__name__}, not an object): it is "
-                               "corrupted; save the model again.")
+        raise damaged(f"a JSON {type(value).__name__}, not an object")
     return value
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ...errors import TrainingSetupError
+from ...headers import json_object
 from ...save import atomic_write_text
 
 __all__ = ["MARKER", "check_marker", "check_optimizer_state", "damaged_checkpoint_json", "plain_checkpoint_error",
@@ -64,13 +65,7 @@ def read_checkpoint_json(path: Path, *, what: str, without: str) -> dict[str, An
     Raises:
         `TrainingSetupError`: it is not valid JSON or not an object (written atomically, so edited or damaged).
     """
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-        raise damaged_checkpoint_json(path, what=what, without=without, why=str(error)) from None
-    if not isinstance(saved, dict):
-        raise damaged_checkpoint_json(path, what=what, without=without, why=f"a JSON {type(saved).__name__}")
-    return saved
+    return json_object(path, lambda why: damaged_checkpoint_json(path, what=what, without=without, why=why))
 
 
 def damaged_checkpoint_json(path: Path, *, what: str, without: str, why: str) -> TrainingSetupError:
