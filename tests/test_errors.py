@@ -288,10 +288,14 @@ def test_a_method_that_writes_into_its_inputs_leaves_the_model_unchanged(setup, 
     (lambda c: InitResult(_rows(c), diagnostics=["x"]), r"diagnostics that are no JSON object \(a list\)"),
     (lambda c: InitResult(_rows(c), diagnostics={1: "x"}),
      r"diagnostics that are no JSON object \(keys \['int'\] besides str\)"),
-], ids=["complex", "int", "bool", "meta", "list rows", "tensor diagnostics", "list diagnostics", "int keys"])
+    (lambda c: InitResult(_rows(c), _rows(c)), r"output_rows for a model without an output embedding of its own .* "
+                                               r"return output_rows=None when context.source_output is None"),
+], ids=["complex", "int", "bool", "meta", "list rows", "tensor diagnostics", "list diagnostics", "int keys",
+        "output rows of a tied model"])
 def test_method_returning_what_cannot_be_written(setup, monkeypatch, returned, match):
-    """Rows that would be cast (complex, int, bool), have no values (meta), and diagnostics config.json cannot hold
-    (saving then failed, or get_record blamed config.json) are the method's bug, refused before anything is written."""
+    """Rows that would be cast (complex, int, bool), have no values (meta), output rows of a tied model (dropped without
+    a word before) and diagnostics config.json cannot hold (saving then failed, or get_record blamed config.json) are
+    the method's bug, refused before anything is written."""
     model, source, new = setup
     _register(monkeypatch, "odd", lambda context, config: returned(context))
     _refused(model, errors.MethodResultError, "Method 'odd' returned " + match, new, method="odd",

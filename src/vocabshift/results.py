@@ -30,6 +30,12 @@ def check_result(result: Any, context: InitContext, method: str) -> None:
     checked: list[tuple[str, Any]] = [("input_rows", result.input_rows)]
     if context.source_output is not None:
         checked.append(("output_rows", result.output_rows))
+    elif result.output_rows is not None:
+        raise MethodResultError(
+            f"Method {method!r} returned output_rows for a model without an output embedding of its own (tied to "
+            "the input embedding, or headless), where they would be dropped: return output_rows=None when "
+            "context.source_output is None; the model is unchanged."
+        )
     for name, rows in checked:
         problem = _problem(rows, shape)
         if problem is None and not torch.isfinite(rows).all():
