@@ -20,7 +20,7 @@ STAGES = [
      "vocabshift.corpus", "vocabshift.headers", "vocabshift._record_values", "vocabshift.packing", "vocabshift.record",
      "vocabshift.registry"),
     ("vocabshift.vocab", "vocabshift.save"),  # save writes a tokenizer.model in step (vocab.spm_file)
-    ("vocabshift._vector_files", "vocabshift.wordvectors", "vocabshift.embeddings"),
+    ("vocabshift._vector_files", "vocabshift.wordvectors", "vocabshift.word_vector_training", "vocabshift.embeddings"),
     ("vocabshift.methods",),
     ("vocabshift.inputs", "vocabshift.results", "vocabshift.assemble", "vocabshift.extend"),
     ("vocabshift.training.texts", "vocabshift.training.cpt"),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vocabshift.methods import base, neighbors
 from vocabshift.errors import MethodOptionError
+from vocabshift.methods import base, neighbors
 from vocabshift.methods.focus import FocusConfig
 from vocabshift.methods.neighbors import (
     MIN_TEMPERATURE,
@@ -18,8 +18,7 @@ from vocabshift.methods.neighbors import (
     topk_neighbors,
 )
 from vocabshift.methods.ofa import OfaConfig
-from vocabshift.methods.salt import SaltConfig
-from vocabshift.methods.salt import _least_squares
+from vocabshift.methods.salt import SaltConfig, _least_squares
 from vocabshift.methods.wordmatch import factorize
 
 

@@ -132,8 +132,8 @@ def test_a_resumed_distillation_ends_where_the_uninterrupted_one_does(tokenizers
         assert torch.equal(resumed[name], value), name
 
 
-@pytest.mark.parametrize(("text", "why"), [("{", "JSONDecodeError: Expecting property name"), ('{"schedule": 5}', "TypeError"),
-                                           ('{"source": null}', "KeyError")])
+@pytest.mark.parametrize(("text", "why"), [("{", "JSONDecodeError: Expecting property name"),
+                                           ('{"schedule": 5}', "TypeError"), ('{"source": null}', "KeyError")])
 def test_a_damaged_distillation_progress_file_is_named(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, text, why):
     def trainer(output):
         model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
 from conftest import make_model, make_tokenizer
-from vocabshift import wordvectors
+from vocabshift import word_vector_training
 from vocabshift.errors import (
     CorpusError,
     HelperModelError,
@@ -162,7 +162,7 @@ def test_focus_trains_its_vectors_from_a_corpus_once(tokenizers_en, tokenizers_r
     assert record.method_config == {"word_vectors": None, "corpus": str(corpus), "temperature": 1.0}
     assert record.diagnostics["word_vectors"]["source"].startswith(str(tmp_path / "cache" / "fasttext"))
     assert record.diagnostics["new_with_vector"] > 0 and record.diagnostics["random_fallback"] > 0
-    monkeypatch.setattr(wordvectors, "_train", None)  # a second run must come from the cache
+    monkeypatch.setattr(word_vector_training, "_train", None)  # a second run must come from the cache
     second = make_model("llama-untied", source)
     second.extend_vocabulary(new, method="focus", source_tokenizer=source, corpus=corpus)
     assert torch.equal(second.get_input_embeddings().weight, first.get_input_embeddings().weight)

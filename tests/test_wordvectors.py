@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import vocabshift
-from vocabshift import wordvectors
+from vocabshift import word_vector_training
 from vocabshift.corpus import corpus_fingerprint
 from vocabshift.errors import (
     CorpusError,
@@ -41,7 +41,7 @@ def test_token_level_vectors_are_keyed_by_token_strings(token_vectors_ru, tokeni
 def test_training_is_cached_by_corpus_and_settings(tmp_path, ru_lines, tokenizers_ru, monkeypatch):
     tokenizer = tokenizers_ru["unigram"]
     first = vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=tokenizer, dim=8, min_count=3, cache_dir=tmp_path)
-    monkeypatch.setattr(wordvectors, "_train", _refuse_training)
+    monkeypatch.setattr(word_vector_training, "_train", _refuse_training)
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(ru_lines[:1500]) + "\n", encoding="utf-8")
     again = vocabshift.train_word_vectors(path, tokenizer=tokenizer, dim=8, min_count=3, cache_dir=tmp_path)
@@ -58,7 +58,7 @@ def test_the_tokenizer_may_be_a_path(tmp_path, ru_lines, tokenizers_ru, monkeypa
     tokenizer = tokenizers_ru["unigram"]
     first = vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=tokenizer, dim=8, min_count=3, cache_dir=tmp_path)
     tokenizer.save_pretrained(tmp_path / "tokenizer")
-    monkeypatch.setattr(wordvectors, "_train", _refuse_training)
+    monkeypatch.setattr(word_vector_training, "_train", _refuse_training)
     again = vocabshift.train_word_vectors(ru_lines[:1500], tokenizer=tmp_path / "tokenizer", dim=8, min_count=3,
                                           cache_dir=tmp_path)
     assert again.level == "token" and again.words == first.words

@@ -32,7 +32,8 @@ from .training import (
     probe,
 )
 from .vocab import MergeReport, align, merge_tokenizers, tokens_per_word, train_tokenizer
-from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
+from .word_vector_training import train_word_vectors
+from .wordvectors import WordVectors, load_word_vectors
 
 __all__ = [
     "DistillationTrainer",

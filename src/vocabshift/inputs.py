@@ -18,7 +18,8 @@ import torch
 from ._typing import Tokenizer
 from .embeddings import input_matrix, non_finite_rows
 from .errors import HelperModelError
-from .wordvectors import WordVectors, load_word_vectors, train_word_vectors
+from .word_vector_training import train_word_vectors
+from .wordvectors import WordVectors, load_word_vectors
 
 __all__ = ["check_helper_vocabulary", "helper_matrix", "resolve_inputs"]
 
