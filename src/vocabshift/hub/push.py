@@ -28,7 +28,7 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
 # What git refuses in a branch name (git check-ref-format): "..", "@{", "//", control characters, space ~ ^ : ? * [ \,
 # a leading "-" or "/", a trailing "/", "." or ".lock".
-_BAD_BRANCH = re.compile(r"\.\.|@\{|//|[\x00-\x20\x7f~^:?*\[\\]|^[-/]|/$|\.$|\.lock$|^@$")
+_BAD_BRANCH = re.compile(r"\.\.|@\{|//|[\x00-\x20\x7f~^:?*\[\\]|^[-/]|/$|\.$|\.lock(/|$)|(^|/)\.|^@$|^HEAD$")
 
 
 def push_to_hub(
@@ -199,5 +199,6 @@ def check_revision(revision: Any, *, argument: str = "revision") -> str:
     """
     if not isinstance(revision, str) or not revision or _BAD_BRANCH.search(revision):
         raise InvalidArgumentError(f"{argument}={revision!r} is not a branch name (git refuses empty names, spaces, "
-                                   "'..', '~^:?*[\\' and a leading '-' or '/'): pass e.g. 'main' or 'dev'.")
+                                   "'..', '~^:?*[\\', a leading '-' or '/', a part that starts with '.' or ends "
+                                   "with '.lock', and 'HEAD'): pass e.g. 'main' or 'dev'.")
     return revision
