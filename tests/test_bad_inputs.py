@@ -756,6 +756,8 @@ DAMAGED_RECORDS = {
                                              "'tokenizer_report'['source_lines_changed'] is '0.5', where vocabshift "
                                              "writes a number or null"),
     "record source_is_folder of a str": (_record(source_is_folder="yes"), "'source_is_folder' is 'yes'"),
+    "record of an extension that shrank": (_record(old_vocab_size=10**6), "not above 'old_vocab_size' (1000000), "
+                                           "where an extension adds tokens"),
 }
 API.update({name: (call, E.RecordError, message) for name, (call, message) in DAMAGED_RECORDS.items()})
 

@@ -137,7 +137,7 @@ def test_a_damaged_record(trained, frozen, tmp_path):
     _refused(tmp_path, errors.RecordError, "vocabshift record in config.json is damaged: a packed id list is "
              "corrupted \\(Error: .*\\)\\. Restore config.json", damaged, trained["base"], trained["instruct"])
     shutil.rmtree(damaged)
-    damaged = _with_record(frozen["adapted"], tmp_path, old_vocab_size=10**6)
+    damaged = _with_record(frozen["adapted"], tmp_path, old_vocab_size=10**6, new_vocab_size=10**6 + 1)
     _refused(tmp_path, errors.RecordError, "is damaged: the rows adapted=.*damaged' copied from its source model "
              "\\(old_vocab_size, or 'shared' in replace mode\\) reach id 999999 of its \\d+ rows, or lie below 0\\. "
              "Restore config.json", damaged, frozen["base"], frozen["instruct"])

@@ -115,7 +115,8 @@ _INNER: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
 
 def check_values(data: Mapping[str, Any]) -> None:
     """Refuse a record (its known keys, read from config.json) with a value of another type than vocabshift writes,
-    or new-id ranges that are not increasing `[start, stop)` pairs inside its `new_num_rows` rows (`RecordError`)."""
+    new-id ranges that are not increasing `[start, stop)` pairs inside its `new_num_rows` rows, or an extension that
+    added no token (`RecordError`)."""
     for key, value in data.items():
         accepts, accepted = _CHECKS.get(key, (lambda _: True, ""))
         if not accepts(value):
@@ -124,6 +125,9 @@ def check_values(data: Mapping[str, Any]) -> None:
     if "ids" not in data["decompositions"] or "lengths" not in data["decompositions"]:
         raise damaged_record(f"'decompositions' lacks 'ids' or 'lengths' (it has {sorted(data['decompositions'])})")
     _check_ranges(data["new_token_ranges"], data["new_num_rows"])
+    if data["mode"] == "extend" and data["new_vocab_size"] <= data["old_vocab_size"]:
+        raise damaged_record(f"'new_vocab_size' is {data['new_vocab_size']}, not above 'old_vocab_size' "
+                             f"({data['old_vocab_size']}), where an extension adds tokens")
 
 
 def _check_inner(data: Mapping[str, Any]) -> None:
