@@ -649,6 +649,13 @@ API = {
                                      E.InvalidArgumentError, "epochs=-1"),
     "train_word_vectors min_count=True": (lambda w: vocabshift.train_word_vectors(w.ru, min_count=True),
                                           E.InvalidArgumentTypeError, "min_count=True"),
+    "train_word_vectors bucket=2**31": (lambda w: vocabshift.train_word_vectors(w.ru, bucket=2**31),
+                                        E.InvalidArgumentError, "bucket=2147483648 is invalid: pass an int in [1, "
+                                        "2**31) (fastText's range)"),
+    "train_word_vectors of a dim beyond memory": (  # fastText's std::bad_alloc was blamed on the corpus
+        lambda w: vocabshift.train_word_vectors(w.ru, dim=10**9, cache_dir=w.root / "junk"), E.InvalidArgumentError,
+        "fastText ran out of memory: its matrices hold (words + bucket) x dim floats, with bucket=100000 and "
+        "dim=1000000000. Pass a smaller dim or bucket."),
     "train_word_vectors model='glove'": (lambda w: vocabshift.train_word_vectors(w.ru, model="glove"),
                                          E.InvalidArgumentError, "model='glove' is invalid"),
     "word vectors level='chars'": (lambda w: vocabshift.load_word_vectors(w.root / "garbage.vec", level="chars"),

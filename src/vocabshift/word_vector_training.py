@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,11 @@ try:
 except (RuntimeError, ValueError) as error:  # e.g. an empty vocabulary after min_count
     print(error)
     sys.exit(1)
+except MemoryError:  # std::bad_alloc: (words + bucket) x dim floats do not fit
+    sys.exit(3)
 """
+_OUT_OF_MEMORY = 3
+_C_INT = 2**31  # fastText's settings are C ints
 
 
 def default_cache_dir() -> Path:
@@ -90,7 +95,8 @@ def train_word_vectors(
         ```
     """
     for name, count in (("dim", dim), ("epochs", epochs), ("min_count", min_count), ("bucket", bucket)):
-        check_count(count, name=name)
+        if check_count(count, name=name, accepted="an int in [1, 2**31)") >= _C_INT:
+            raise InvalidArgumentError(f"{name}={count!r} is invalid: pass an int in [1, 2**31) (fastText's range).")
     check_choice(model, ("cbow", "skipgram"), name="model")
     folder = default_cache_dir() if cache_dir is None else check_output_path(cache_dir, name="cache_dir").expanduser()
     if folder.exists() and not folder.is_dir():
@@ -124,14 +130,26 @@ def _train(corpus: Any, tokenizer: Tokenizer | None, settings: dict[str, Any], m
         environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
         result = subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, arguments, str(model)], env=environment,
                                 stdout=subprocess.PIPE, text=True, check=False)
-        if result.returncode:
-            raise CorpusError(
-                f"fastText could not train on the corpus ({meta['documents']} documents): {result.stdout.strip()} "
-                f"Pass more text, or a smaller min_count (now {settings['minCount']})."
-            )
+        _check_run(result, settings, meta["documents"])
         Path(folder, "model.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         os.replace(Path(folder) / "model.json", path.with_suffix(".json"))
         os.replace(model, path)
+
+
+def _check_run(result: subprocess.CompletedProcess[str], settings: dict[str, Any], documents: int) -> None:
+    """Raise for a failed fastText run: out of memory (its `std::bad_alloc`, or SIGKILL as the kernel's OOM killer
+    sends) is the settings' fault, anything else the corpus's."""
+    if result.returncode in (_OUT_OF_MEMORY, -signal.SIGKILL):
+        how = "ran out of memory" if result.returncode > 0 else "was killed (SIGKILL, as when memory runs out)"
+        raise InvalidArgumentError(
+            f"fastText {how}: its matrices hold (words + bucket) x dim floats, with bucket={settings['bucket']} and "
+            f"dim={settings['dim']}. Pass a smaller dim or bucket."
+        )
+    if result.returncode:
+        raise CorpusError(
+            f"fastText could not train on the corpus ({documents} documents): {result.stdout.strip()} "
+            f"Pass more text, or a smaller min_count (now {settings['minCount']})."
+        )
 
 
 def _write_training_text(corpus: Any, tokenizer: Tokenizer | None, text: Path, count: int) -> None:
