@@ -135,6 +135,33 @@ def test_a_model_extended_twice_is_propagated_one_extension_at_a_time(family, ru
              "time", twice, family["base"], family["instruct"])
 
 
+def test_a_propagated_output_given_as_adapted(family, tmp_path):
+    # its rows of old tokens are instruct's, which read as "base and instruct swapped": swapping them cannot help
+    output = vocabshift.propagate(family["adapted"], family["base"], family["instruct"], output_dir=tmp_path / "lep")
+    before = {path: path.read_bytes() for path in output.iterdir()}
+    _refused(tmp_path, errors.LineageError, "adapted's rows of old tokens differ from base's and equal instruct's "
+             rf"\(\d+ sampled rows\): adapted is itself the output of a propagation into "
+             rf"instruct='{family['instruct']}' \(per its record\): pass as adapted the base model saved after "
+             "extend_vocabulary and CPT", output, family["base"], family["instruct"])
+    assert {path: path.read_bytes() for path in output.iterdir()} == before
+
+
+@pytest.mark.parametrize(("metadata", "found"), [
+    ({"total_size": "12 MB"}, "\"total_size\": '12 MB'"),  # propagate added its byte change to it: a raw TypeError
+    ({"total_size": -5}, "\"total_size\": -5"),
+    ([], "a \"metadata\" list"),  # what transformers reads as an object
+])
+def test_index_with_damaged_metadata(family, tmp_path, metadata, found):
+    instruct = _copy(family["instruct"], tmp_path)
+    index = json.loads((instruct / "model.safetensors.index.json").read_text())
+    index["metadata"] = metadata
+    (instruct / "model.safetensors.index.json").write_text(json.dumps(index))
+    _refused(tmp_path, errors.ShardError, f"model.safetensors.index.json' has {found}, but an index's \"metadata\" is "
+             "an object whose \"total_size\" is the shards' byte count: the index is corrupted",
+             family["adapted"], family["base"], instruct)
+    assert json.loads((instruct / "model.safetensors.index.json").read_text()) == index
+
+
 def _shards(folder):
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     embedding = index["weight_map"]["model.embed_tokens.weight"]

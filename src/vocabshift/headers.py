@@ -199,8 +199,8 @@ def read_index(path: str | os.PathLike) -> dict[str, Any]:
     the index's folder (a name such as `../x.safetensors` or `/etc/x` would read or write files elsewhere).
 
     Raises:
-        `ShardError`: the index is not JSON, its map is empty or not of names to file names, or a shard lies
-            outside the folder.
+        `ShardError`: the index is not JSON, its map is empty or not of names to file names, a shard lies outside
+            the folder, or its `metadata` is not an object with a byte count as `total_size`.
     """
     try:
         index = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -215,7 +215,18 @@ def read_index(path: str | os.PathLike) -> dict[str, Any]:
         raise ShardError(f"{str(path)!r} names the shard {outside!r}, which is not a file of its folder: the index is "
                          "corrupted or hostile, and vocabshift reads and writes shards only inside the model folder; "
                          "save or download the model again.")
+    _check_index_metadata(path, index)
     return index
+
+
+def _check_index_metadata(path: str | os.PathLike, index: dict[str, Any]) -> None:
+    """`metadata` is what transformers reads as an object, and `total_size` (which propagate updates) a count."""
+    metadata = index.get("metadata", {})
+    size = metadata.get("total_size", 0) if isinstance(metadata, dict) else None
+    if not is_int(size) or size < 0:
+        found = f"a \"metadata\" {type(metadata).__name__}" if size is None else f"\"total_size\": {size!r:.40}"
+        raise ShardError(f"{str(path)!r} has {found}, but an index's \"metadata\" is an object whose \"total_size\" "
+                         "is the shards' byte count: the index is corrupted; save or download the model again.")
 
 
 def read_weight_map(path: str | os.PathLike) -> dict[str, str]:
