@@ -75,7 +75,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 
     Raises:
         `ModelFolderError`: `model_dir` is not a folder with config.json (a JSON object), or (unless `vocab_only`)
-            has no `*.safetensors` weights.
+            has no `*.safetensors` weights, or both `model.safetensors` and a shard index.
         `ShardError`: a truncated or corrupted `*.safetensors` file or shard index.
         `InvalidArgumentError`: a bad `outtype` or `output_path`; replace mode without `source_tokenizer`;
             `source_tokenizer` for a folder without a record.
@@ -117,12 +117,19 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 
 def _check_weights(folder: Path) -> None:
     """Safetensors weights, each shard whole (the converter writes a GGUF without tensors from a folder without
-    any, and fails on a truncated one)."""
+    any, and fails on a truncated one), and one set of them (the converter prefers the index to the single file,
+    transformers the other way round)."""
     files = sorted(path.name for path in folder.iterdir())
     if not any(name.endswith(".safetensors") for name in files):
         raise ModelFolderError(f"model_dir={str(folder)!r} has no *.safetensors weights: pass a folder written by "
                                "save_pretrained, or vocab_only=True for the vocabulary alone.")
     check_folder_files(folder, files)
+    if {"model.safetensors", "model.safetensors.index.json"} <= set(files):
+        raise ModelFolderError(
+            f"model_dir={str(folder)!r} holds both model.safetensors and model.safetensors.index.json: transformers "
+            "loads model.safetensors, llama.cpp's converter the shards the index names, so the GGUF could hold other "
+            "weights than the model. Delete the stale copy (model.safetensors, or the index with the shards it names), "
+            "or convert a copy of the folder without it; vocab_only=True reads no weights.")
 
 
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:
