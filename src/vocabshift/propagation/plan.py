@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from huggingface_hub.utils import tqdm
 
+from ..errors import InvalidArgumentError
 from ..record import ExtensionRecord
 from .checks import refuse_non_finite
 from .fit import Fit, FitPairs
@@ -68,7 +69,14 @@ def fit_pairs(kind: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPai
     the decompositions of the new tokens."""
     added, size = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder()), len(base_tokenizer)
     single = sorted({old for _, old in record.shared_pairs() if old not in added and old < size})
-    groups = [ids for ids in record.decomposition_lists() if ids] if kind == "conversion" else []
+    decomposed = [ids for ids in record.decomposition_lists() if ids]
+    groups = decomposed if kind == "conversion" else []
+    if kind != "swap" and not single and not groups:  # W would be fitted on nothing: all zeros
+        fix = "method='conversion' (fitted on the new tokens' decompositions) or " if decomposed else ""
+        raise InvalidArgumentError(
+            f"method={kind!r} fits W on the ordinary tokens adapted's vocabulary shares with base's, and per adapted's "
+            f"record there are none{'' if kind == 'overlap' else ', nor decompositions of new tokens'} (at most "
+            f"special and added tokens are shared): pass {fix}method='swap' (W = I).")
     return FitPairs(torch.tensor(single, dtype=torch.long), groups)
 
 
