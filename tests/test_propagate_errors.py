@@ -325,6 +325,16 @@ def test_non_finite_rows_are_named(family, tmp_path, role, row, value, where):
              folders["base"], folders["instruct"])
 
 
+def test_rows_beyond_the_range_of_a_float16_instruct(tmp_path, tokenizers_en, tokenizers_ru):
+    # finite in adapted's float32, infinite once cast to instruct's float16: they were written so, without a word
+    folders = build_family(tmp_path / "half", "qwen2-tied", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"],
+                           dtype=torch.float16)
+    _poison(folders["adapted"], -1, 1e5)
+    _refused(tmp_path, errors.NonFiniteWeightsError, r"the output's input rows \d+\.\.\d+ reach [\d.e+]+, beyond the "
+             r"range of torch.float16 \(at most 6.55e\+04\), instruct's dtype, in which the output is stored",
+             folders["adapted"], folders["base"], folders["instruct"])
+
+
 def test_errors_are_builtin_errors():
     assert issubclass(errors.ShardError, OSError) and issubclass(errors.OutputExistsError, FileExistsError)
     assert issubclass(errors.SiblingMismatchError, ValueError) and issubclass(errors.LineageError, ValueError)
