@@ -129,7 +129,7 @@ def _check_weights(folder: Path) -> None:
             f"model_dir={str(folder)!r} holds both model.safetensors and model.safetensors.index.json: transformers "
             "loads model.safetensors, llama.cpp's converter the shards the index names, so the GGUF could hold other "
             "weights than the model. Delete the stale copy (model.safetensors, or the index with the shards it names), "
-            "or convert a copy of the folder without it; vocab_only=True reads no weights.")
+            "or convert a copy of the folder without it; vocab_only=True (--vocab-only) reads no weights.")
 
 
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:
