@@ -245,6 +245,19 @@ def test_a_single_file_beside_a_shard_index_is_refused(smollm2_folders, tmp_path
     assert digest(both) == before and not (tmp_path / "both.gguf").exists()
 
 
+def test_a_config_whose_vocab_size_is_not_the_rows_is_refused(smollm2_folders, tmp_path):
+    """The converter sizes the vocabulary by config.json and writes the tensors as stored: it wrote 64 more tokens
+    than embedding rows, a GGUF llama.cpp cannot load."""
+    changed = shutil.copytree(smollm2_folders[1], tmp_path / "changed")
+    config = json.loads((changed / "config.json").read_text(encoding="utf-8"))
+    rows, config["vocab_size"] = config["vocab_size"], config["vocab_size"] + 64
+    (changed / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ModelFolderError, match=f"changed' stores {rows} embedding rows but its config.json says "
+                       f"vocab_size={rows + 64}: its files come from different models"):
+        vocabshift.export_gguf(changed, tmp_path / "changed.gguf")
+    assert not (tmp_path / "changed.gguf").exists()
+
+
 def test_bad_arguments(smollm2_folders, tmp_path):
     original, adapted = smollm2_folders
     with pytest.raises(InvalidArgumentError, match="outtype='q4_k' is invalid: pass one of 'f32', 'f16'"):
