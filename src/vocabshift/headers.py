@@ -104,7 +104,8 @@ def missing_config(folder: Path, named: str) -> ModelFolderError:
     """The error for a model folder without config.json (`named`: how the message names it), telling a folder that
     lacks it from a path that is no folder, and a Hub repo id (which this step does not download) from a typo."""
     if folder.is_dir():
-        return ModelFolderError(f"{named} has no config.json: pass a folder written by save_pretrained.")
+        fix = adapter_fix(folder) or "pass a folder written by save_pretrained."
+        return ModelFolderError(f"{named} has no config.json: {fix}")
     try:
         validate_repo_id(str(folder))
         hub = "/" in str(folder) and not folder.is_absolute()
@@ -192,6 +193,16 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], start: int, size: 
         position = info.end
     if position != size:
         raise corrupted(path, f"the tensors end at byte {position} but the file has {size}")
+
+
+def adapter_fix(folder: Path) -> str:
+    """For a folder without config.json that holds a peft adapter (what `PeftModel.save_pretrained` writes): what
+    to pass instead; else an empty string."""
+    if not (folder / "adapter_config.json").is_file():
+        return ""
+    return ("it holds a peft adapter (adapter_config.json), not a model: merge the adapter into its base model "
+            "(PeftModel.from_pretrained(base, folder).merge_and_unload()), save that with save_pretrained and pass "
+            "its folder.")
 
 
 def read_index(path: str | os.PathLike) -> dict[str, Any]:
