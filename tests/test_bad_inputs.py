@@ -98,6 +98,8 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
         file.unlink()
     shutil.copytree(root / "extended", root / "no-tokenizer-json")  # transformers loads it as an empty tokenizer
     (root / "no-tokenizer-json" / "tokenizer.json").unlink()
+    get_peft_model(make_model("qwen2-tied", source), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(
+        root / "adapter")  # an instruct sibling, or a tuned model, shipped as a LoRA adapter
     (root / "tokenizer-config-only").mkdir()
     shutil.copy(root / "extended" / "tokenizer_config.json", root / "tokenizer-config-only")
     return SimpleNamespace(root=root, source=source, new=new, model=make_model("qwen2-tied", source), ru=ru_lines,
@@ -410,6 +412,16 @@ API = {
     "propagate unrelated folders": (lambda w: vocabshift.propagate(w.root / "junk", w.root / "junk", w.root / "junk",
                                                                    output_dir=w.root / "out-8"),
                                     E.ModelFolderError, "has no config.json"),
+    **{f"{what} a peft adapter folder": (call, E.ModelFolderError, "adapter' has no config.json: it holds a peft "
+                                          "adapter (adapter_config.json), not a model: merge the adapter into its base")
+       for what, call in [
+           ("propagate into", lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
+                                                             w.root / "adapter", output_dir=w.root / "out-9")),
+           ("gguf of", lambda w: vocabshift.export_gguf(w.root / "adapter", w.root / "out.gguf")),
+           ("inspect", lambda w: vocabshift.inspect_folder(w.root / "adapter")),
+           ("card of", lambda w: vocabshift.model_card(w.root / "adapter"))]},
+    "push a peft adapter folder": (lambda w: vocabshift.push_to_hub(w.root / "adapter", "me/x"), E.ModelFolderError,
+                                   "adapter' lacks config.json or *.safetensors weights: it holds a peft adapter"),
     "propagate into unrelated data": (lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
                                                                      w.root / "extended", output_dir=w.root / "junk"),
                                       E.OutputExistsError, "output_dir="),
@@ -790,6 +802,10 @@ CLI = {
     "extend into its own folder": (["extend", "{extended}", "{extended}", "{extended}"], "is the folder of the input"),
     "extend a missing model": (["extend", "{root}/nowhere", "{extended}", "{root}/out"], "is neither a folder"),
     "extend unrelated data": (["extend", "{root}/junk", "{extended}", "{root}/out"], "has no config.json"),
+    "propagate into a peft adapter folder": (["propagate", "{extended}", "{extended}", "{root}/adapter", "{root}/out"],
+                                             "/adapter' has no config.json: it holds a peft adapter"),
+    "extend a peft adapter folder": (["extend", "{root}/adapter", "{extended}", "{root}/out"],
+                                     "has no config.json: it holds a peft adapter (adapter_config.json), not a model"),
     "extend a model whose index maps no tensor": (["extend", "{root}/index-of-nothing", "{extended}", "{root}/out"],
                                                   "model.safetensors.index.json' is not a shard index"),
     "extend with a broken tokenizer": (["extend", "{extended}", "{root}/broken-json", "{root}/out"],

@@ -146,6 +146,20 @@ def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_h
     card.validate()  # the Hub's metadata rules, through the loopback /api/validate-yaml
 
 
+def test_card_after_lep_from_an_adapted_folder_names_the_instruct_model(tmp_path):
+    """The documented path propagates a local adapted folder into a Hub instruct model: the output holds instruct's
+    weights, so instruct is its base model (the card named the pre-instruct source, and said the model was it)."""
+    lineage = {"base": "org/base-7b", "adapted": "out/base-7b-ru", "instruct": "org/base-7b-instruct",
+               "base_revision": "1" * 40, "adapted_revision": None, "instruct_revision": "2" * 40,
+               "method": "conversion"}
+    record = make_record(source_model="org/base-7b", source_is_folder=False, propagation=[lineage])
+    card = vocabshift.model_card(write_folder(tmp_path / "base-7b-instruct-ru", record), language="ru",
+                                 license="mit")
+    assert (card.data.base_model, card.data.base_model_relation) == ("org/base-7b-instruct", "finetune")
+    assert "base-7b-instruct-ru is [org/base-7b-instruct](https://huggingface.co/org/base-7b-instruct) with a new " \
+        "vocabulary" in card.text
+
+
 def test_commands_of_earlier_records_read_as_words(tmp_path):
     """Earlier versions kept propagation's command as one shell string: it reads as its words, as every command is
     kept now, and the card shows the same line."""

@@ -23,6 +23,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from safetensors import safe_open
+from safetensors.torch import save_file
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -226,6 +227,35 @@ def test_a_stale_tokenizer_model_is_refused(smollm2_folders, tmp_path):
     with pytest.raises(TokenizerMismatchError,
                        match=r"holds a tokenizer.model that disagrees with its tokenizer.json \(it holds 300 pieces"):
         vocabshift.export_gguf(stale, tmp_path / "stale.gguf", vocab_only=True)
+
+
+def test_a_single_file_beside_a_shard_index_is_refused(smollm2_folders, tmp_path):
+    """The converter reads the shards an index names, transformers model.safetensors: a stale copy of either would
+    put other weights in the GGUF than the model holds (it did: zeroed stale embeddings, without a word)."""
+    both = shutil.copytree(smollm2_folders[1], tmp_path / "both")
+    with safe_open(both / "model.safetensors", "pt") as weights:
+        stale = {name: torch.zeros_like(weights.get_tensor(name)) for name in weights.keys()}
+    save_file(stale, both / "model-00001-of-00001.safetensors", metadata={"format": "pt"})
+    index = {"metadata": {"total_size": 0}, "weight_map": dict.fromkeys(stale, "model-00001-of-00001.safetensors")}
+    (both / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    before = digest(both)
+    with pytest.raises(ModelFolderError, match="both' holds both model.safetensors and model.safetensors.index.json: "
+                       "transformers loads model.safetensors, llama.cpp's converter the shards the index names"):
+        vocabshift.export_gguf(both, tmp_path / "both.gguf")
+    assert digest(both) == before and not (tmp_path / "both.gguf").exists()
+
+
+def test_a_config_whose_vocab_size_is_not_the_rows_is_refused(smollm2_folders, tmp_path):
+    """The converter sizes the vocabulary by config.json and writes the tensors as stored: it wrote 64 more tokens
+    than embedding rows, a GGUF llama.cpp cannot load."""
+    changed = shutil.copytree(smollm2_folders[1], tmp_path / "changed")
+    config = json.loads((changed / "config.json").read_text(encoding="utf-8"))
+    rows, config["vocab_size"] = config["vocab_size"], config["vocab_size"] + 64
+    (changed / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ModelFolderError, match=f"changed' stores {rows} embedding rows but its config.json says "
+                       f"vocab_size={rows + 64}: its files come from different models"):
+        vocabshift.export_gguf(changed, tmp_path / "changed.gguf")
+    assert not (tmp_path / "changed.gguf").exists()
 
 
 def test_bad_arguments(smollm2_folders, tmp_path):

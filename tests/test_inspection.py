@@ -80,6 +80,18 @@ def test_a_shard_missing_from_the_index_is_a_problem(folder, capsys):
     assert code == 1 and "index.json' puts " in out and f"in {shard}, which is missing" in out
 
 
+def test_a_single_file_beside_the_index_is_a_problem(folder, capsys):
+    """transformers loads model.safetensors, vLLM and llama.cpp's converter the index's shards: a stale copy of
+    either serves other weights (it was reported consistent)."""
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder.parent / "single")
+    shutil.move(folder.parent / "single" / "model.safetensors", folder / "model.safetensors")
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and "PROBLEM: it holds both model.safetensors and model.safetensors.index.json: transformers " \
+        "loads model.safetensors, vLLM and llama.cpp's converter the shards the index names" in out
+
+
 @pytest.mark.parametrize(("damage", "why"), [
     (lambda record: record.pop("method"), "is damaged: it lacks ['method']"),
     (lambda record: record.update(new_token_ranges=[[0, 10**9]]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 
 import pytest
@@ -14,6 +15,7 @@ import vocabshift
 from conftest import SMALL, make_model
 from test_propagate import build_family
 from vocabshift import errors
+from vocabshift.packing import pack_ids
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +137,77 @@ def test_a_model_extended_twice_is_propagated_one_extension_at_a_time(family, ru
              "time", twice, family["base"], family["instruct"])
 
 
+def test_a_propagated_output_given_as_adapted(family, tmp_path):
+    # its rows of old tokens are instruct's, which read as "base and instruct swapped": swapping them cannot help
+    output = vocabshift.propagate(family["adapted"], family["base"], family["instruct"], output_dir=tmp_path / "lep")
+    before = {path: path.read_bytes() for path in output.iterdir()}
+    _refused(tmp_path, errors.LineageError, "adapted's rows of old tokens differ from base's and equal instruct's "
+             rf"\(\d+ sampled rows\): adapted is itself the output of a propagation into "
+             rf"instruct='{family['instruct']}' \(per its record\): pass as adapted the base model saved after "
+             "extend_vocabulary and CPT", output, family["base"], family["instruct"])
+    assert {path: path.read_bytes() for path in output.iterdir()} == before
+
+
+@pytest.mark.parametrize(("metadata", "found"), [
+    ({"total_size": "12 MB"}, "\"total_size\": '12 MB'"),  # propagate added its byte change to it: a raw TypeError
+    ({"total_size": -5}, "\"total_size\": -5"),
+    ([], "a \"metadata\" list"),  # what transformers reads as an object
+])
+def test_index_with_damaged_metadata(family, tmp_path, metadata, found):
+    instruct = _copy(family["instruct"], tmp_path)
+    index = json.loads((instruct / "model.safetensors.index.json").read_text())
+    index["metadata"] = metadata
+    (instruct / "model.safetensors.index.json").write_text(json.dumps(index))
+    _refused(tmp_path, errors.ShardError, f"model.safetensors.index.json' has {found}, but an index's \"metadata\" is "
+             "an object whose \"total_size\" is the shards' byte count: the index is corrupted",
+             family["adapted"], family["base"], instruct)
+    assert json.loads((instruct / "model.safetensors.index.json").read_text()) == index
+
+
+@pytest.fixture(scope="module")
+def replaced(tmp_path_factory, tokenizers_en, tokenizers_ru):
+    root = tmp_path_factory.mktemp("replaced")
+    return build_family(root, "qwen2-tied", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"], mode="replace")
+
+
+def _sharing(replaced, tmp_path, ordinary):
+    """A copy of the replace-mode adapted model whose record says its vocabulary shares the special tokens and the
+    first `ordinary` other tokens with base (a target vocabulary of another script shares few or none)."""
+    adapted = _copy(replaced["adapted"], tmp_path)
+    config = json.loads((adapted / "config.json").read_text())
+    pairs = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(adapted)).shared_pairs()
+    specials = set(AutoTokenizer.from_pretrained(replaced["base"]).all_special_ids)
+    kept = [pair for pair in pairs if pair[1] in specials]
+    kept += [pair for pair in pairs if pair[1] not in specials][:ordinary]
+    config["vocabshift"]["shared"] = pack_ids([i for pair in kept for i in pair])
+    (adapted / "config.json").write_text(json.dumps(config))
+    return adapted
+
+
+def test_overlap_without_shared_ordinary_tokens(replaced, tmp_path):
+    # W was fitted on nothing: a raw ZeroDivisionError (and all-zero rows, had it gone on)
+    adapted = _sharing(replaced, tmp_path, 0)
+    _refused(tmp_path, errors.InvalidArgumentError, "method='overlap' fits W on the ordinary tokens adapted's "
+             r"vocabulary shares with base's, and per adapted's record there are none \(at most special and added "
+             r"tokens are shared\): pass method='conversion' \(fitted on the new tokens' decompositions\) or "
+             "method='swap'", adapted, replaced["base"], replaced["instruct"], method="overlap")
+
+
+def test_a_fit_on_fewer_pairs_than_dimensions_is_named(replaced, tmp_path, caplog):
+    # the map is exact on those rows (residual ~0) and flattens every other row into their span
+    adapted = _sharing(replaced, tmp_path, 20)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        vocabshift.propagate(adapted, replaced["base"], replaced["instruct"], output_dir=tmp_path / "out",
+                             method="overlap")
+    assert "W (input) is fitted on 20 row pairs that span 20 of the 64 dimensions: it maps every row into that " \
+        "span and drops the rest" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        vocabshift.propagate(replaced["adapted"], replaced["base"], replaced["instruct"], output_dir=tmp_path / "all",
+                             method="overlap")
+    assert "is fitted on" not in caplog.text
+
+
 def _shards(folder):
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     embedding = index["weight_map"]["model.embed_tokens.weight"]
@@ -250,6 +323,16 @@ def test_non_finite_rows_are_named(family, tmp_path, role, row, value, where):
     _refused(tmp_path, errors.NonFiniteWeightsError, rf"{role}'s model.embed_tokens.weight rows \[{row % rows}\] "
              rf"\(1 in all, in .*\) hold NaN or infinite values, which would make {where}", folders["adapted"],
              folders["base"], folders["instruct"])
+
+
+def test_rows_beyond_the_range_of_a_float16_instruct(tmp_path, tokenizers_en, tokenizers_ru):
+    # finite in adapted's float32, infinite once cast to instruct's float16: they were written so, without a word
+    folders = build_family(tmp_path / "half", "qwen2-tied", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"],
+                           dtype=torch.float16)
+    _poison(folders["adapted"], -1, 1e5)
+    _refused(tmp_path, errors.NonFiniteWeightsError, r"the output's input rows \d+\.\.\d+ reach [\d.e+]+, beyond the "
+             r"range of torch.float16 \(at most 6.55e\+04\), instruct's dtype, in which the output is stored",
+             folders["adapted"], folders["base"], folders["instruct"])
 
 
 def test_errors_are_builtin_errors():

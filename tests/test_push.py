@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,6 +143,18 @@ def test_push_validates_every_shard_and_the_index_before_any_request(extended, t
         vocabshift.push_to_hub(folder, REPO)
     (folder / "config.json").write_text("{\"vocab_size\": ")
     with pytest.raises(ModelFolderError, match="config.json. cannot be read \\(JSONDecodeError: .*: it is corrupted"):
+        vocabshift.push_to_hub(folder, REPO)
+    assert loopback_hub.requests == []
+
+
+def test_push_refuses_a_single_file_beside_a_shard_index_before_any_request(extended, tmp_path, loopback_hub):
+    """From the Hub, transformers would load the single file, vLLM the index's shards: two models in one repo."""
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru", max_shard_size="60KB")
+    vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "single")
+    shutil.copy(tmp_path / "single" / "model.safetensors", folder)
+    with pytest.raises(ModelFolderError, match="would publish a model that does not load or serve as it should: it "
+                       "holds both model.safetensors and model.safetensors.index.json"):
         vocabshift.push_to_hub(folder, REPO)
     assert loopback_hub.requests == []
 

@@ -125,6 +125,7 @@ def test_a_tokenizer_changed_after_extend_gets_none(llama_folder, russian, tmp_p
     with caplog.at_level(logging.WARNING, logger="vocabshift"):
         folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "changed")
     assert "the tokenizer was changed after extend_vocabulary checked its tokenizer.model" in caplog.text
+    assert f"{folder} holds no tokenizer.model" in caplog.text and ".vocabshift-tmp-" not in caplog.text
     assert not (folder / "tokenizer.model").exists()
 
 
@@ -147,7 +148,7 @@ def test_a_stale_tokenizer_model_that_save_pretrained_wrote_is_removed(llama_fol
     assert not (folder / "tokenizer.model").exists()
 
 
-def test_a_loaded_tokenizer_keeps_its_file_and_propagate_carries_it(llama_folder, russian, tmp_path):
+def test_a_loaded_tokenizer_keeps_its_file_and_propagate_carries_it(llama_folder, russian, tmp_path, caplog):
     """Base and instruct hold the source's tokenizer.model; the adapted folder its extension, which a re-save (as
     `vocabshift train` does) and propagate's output carry; the instruct's old one goes nowhere."""
     base = make_model("llama-untied", AutoTokenizer.from_pretrained(llama_folder))
@@ -169,6 +170,12 @@ def test_a_loaded_tokenizer_keeps_its_file_and_propagate_carries_it(llama_folder
     for role in ("resaved", "output"):
         assert (folders[role] / "tokenizer.model").read_bytes() == extended
         assert sentencepiece_mismatch(folders[role]) is None
+    stale = shutil.copytree(folders["adapted"], tmp_path / "stale")  # holding base's file: none goes to the output
+    shutil.copy(folders["base"] / "tokenizer.model", stale)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        output = vocabshift.propagate(stale, folders["base"], folders["instruct"], output_dir=tmp_path / "from-stale")
+    assert f"{output} holds no tokenizer.model: the tokenizer.model its source was loaded with disagrees" in caplog.text
+    assert ".vocabshift-tmp-" not in caplog.text and not (output / "tokenizer.model").exists()
 
 
 def test_push_uploads_the_file_in_step_and_never_a_stale_one(llama_folder, russian, tmp_path, loopback_hub, caplog):

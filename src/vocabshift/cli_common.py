@@ -18,7 +18,7 @@ import transformers
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_repo_id
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
-from .headers import CONFIG_ERRORS, check_folder_files, read_config
+from .headers import CONFIG_ERRORS, adapter_fix, check_folder_files, read_config
 from .save import check_replaceable
 from .vocab.load import load_tokenizer
 
@@ -116,8 +116,8 @@ def _check_model_path(path: str, argument: str) -> None:
     folder = Path(path)
     if folder.is_dir():
         if not (folder / "config.json").is_file():
-            raise ModelFolderError(f"{argument}={path!r} has no config.json: pass a folder written by "
-                                   "save_pretrained, or a Hub repo id.")
+            fix = adapter_fix(folder) or "pass a folder written by save_pretrained, or a Hub repo id."
+            raise ModelFolderError(f"{argument}={path!r} has no config.json: {fix}")
         read_config(folder)  # a JSON object, or the error says it is corrupted
     if not folder.exists():
         try:

@@ -94,7 +94,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     with atomic_folder(args.output_dir) as folder:
         model.save_pretrained(folder)
-        save_tokenizer(tokenizer, folder)
+        save_tokenizer(tokenizer, folder, shown_as=args.output_dir)
         if curve:
             plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
                         title=f"Embedding-only CPT, rows={args.rows}")

@@ -109,7 +109,8 @@ def missing_config(folder: Path, named: str) -> ModelFolderError:
     """The error for a model folder without config.json (`named`: how the message names it), telling a folder that
     lacks it from a path that is no folder, and a Hub repo id (which this step does not download) from a typo."""
     if folder.is_dir():
-        return ModelFolderError(f"{named} has no config.json: pass a folder written by save_pretrained.")
+        fix = adapter_fix(folder) or "pass a folder written by save_pretrained."
+        return ModelFolderError(f"{named} has no config.json: {fix}")
     try:
         validate_repo_id(str(folder))
         hub = "/" in str(folder) and not folder.is_absolute()
@@ -199,13 +200,23 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], start: int, size: 
         raise corrupted(path, f"the tensors end at byte {position} but the file has {size}")
 
 
+def adapter_fix(folder: Path) -> str:
+    """For a folder without config.json that holds a peft adapter (what `PeftModel.save_pretrained` writes): what
+    to pass instead; else an empty string."""
+    if not (folder / "adapter_config.json").is_file():
+        return ""
+    return ("it holds a peft adapter (adapter_config.json), not a model: merge the adapter into its base model "
+            "(PeftModel.from_pretrained(base, folder).merge_and_unload()), save that with save_pretrained and pass "
+            "its folder.")
+
+
 def read_index(path: str | os.PathLike) -> dict[str, Any]:
     """A `*.safetensors.index.json`: a JSON object whose `weight_map` maps tensor names to shard files that lie in
     the index's folder (a name such as `../x.safetensors` or `/etc/x` would read or write files elsewhere).
 
     Raises:
-        `ShardError`: the index is not JSON, its map is empty or not of names to file names, or a shard lies
-            outside the folder.
+        `ShardError`: the index is not JSON, its map is empty or not of names to file names, a shard lies outside
+            the folder, or its `metadata` is not an object with a byte count as `total_size`.
     """
     try:
         index = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -220,7 +231,18 @@ def read_index(path: str | os.PathLike) -> dict[str, Any]:
         raise ShardError(f"{str(path)!r} names the shard {outside!r}, which is not a file of its folder: the index is "
                          "corrupted or hostile, and vocabshift reads and writes shards only inside the model folder; "
                          "save or download the model again.")
+    _check_index_metadata(path, index)
     return index
+
+
+def _check_index_metadata(path: str | os.PathLike, index: dict[str, Any]) -> None:
+    """`metadata` is what transformers reads as an object, and `total_size` (which propagate updates) a count."""
+    metadata = index.get("metadata", {})
+    size = metadata.get("total_size", 0) if isinstance(metadata, dict) else None
+    if not is_int(size) or size < 0:
+        found = f"a \"metadata\" {type(metadata).__name__}" if size is None else f"\"total_size\": {size!r:.40}"
+        raise ShardError(f"{str(path)!r} has {found}, but an index's \"metadata\" is an object whose \"total_size\" "
+                         "is the shards' byte count: the index is corrupted; save or download the model again.")
 
 
 def read_weight_map(path: str | os.PathLike) -> dict[str, str]:

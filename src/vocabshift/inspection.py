@@ -22,7 +22,7 @@ from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
 from .vocab.load import fingerprint, load_tokenizer
 
-__all__ = ["Inspection", "inspect_folder"]
+__all__ = ["Inspection", "inspect_folder", "stored_rows"]
 
 SAMPLES = ("The quick brown fox jumps over the lazy dog.", "Съешь же ещё этих мягких французских булок, да выпей чаю.",
            "Grüße aus Köln: 3,5 km bis zum Dom!", "def f(x):\n    return x ** 2  # 😀")
@@ -135,6 +135,13 @@ def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:
     except ShardError as error:
         report.problems.append(str(error))
     return {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}
+
+
+def stored_rows(folder: Path, config: Any) -> int | None:
+    """The rows of the input embedding matrix in `folder`'s safetensors files (`config`: as transformers reads it);
+    None when there is no such 2-D tensor (`inspect_folder` names that problem)."""
+    shape = _stored(_saved_shapes(Inspection(folder, None), folder), embedding_names(config).input)
+    return shape[0] if shape is not None and len(shape) == 2 else None
 
 
 def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:

@@ -153,7 +153,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
     with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, **options)
         if tokenizer is not None:
-            save_tokenizer(tokenizer, temporary)
+            save_tokenizer(tokenizer, temporary, shown_as=folder)
     return Path(folder)
 
 
@@ -211,11 +211,13 @@ def _check_not_swapped(model: Model, record: ExtensionRecord, tokenizer: Tokeniz
         )
 
 
-def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
+def save_tokenizer(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None,
+                   shown_as: str | os.PathLike | None = None) -> None:
     """`tokenizer.save_pretrained(folder)`, then its tokenizer.model in step or none (`vocab.spm_file`); `like`: a
-    tokenizer whose SentencePiece file may serve when it holds this tokenizer's vocabulary."""
+    tokenizer whose SentencePiece file may serve when it holds this tokenizer's vocabulary; `shown_as`: the output
+    folder that messages name where `folder` is its temporary sibling."""
     tokenizer.save_pretrained(folder)
-    save_sentencepiece(tokenizer, folder, like=like)
+    save_sentencepiece(tokenizer, folder, like=like, shown_as=shown_as)
 
 
 def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds: str = "model") -> Path:

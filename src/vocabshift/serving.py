@@ -5,12 +5,14 @@
 - the rows split evenly over tensor-parallel shards (TGI requires it; vLLM pads each shard itself);
 - a `tokenizer.model` beside `tokenizer.json` holds the same pieces: `sentencepiece`, slow tokenizers and llama.cpp's
   converter read it instead;
+- one set of weights: beside `model.safetensors`, a shard index would be what vLLM and llama.cpp's converter read;
 - on request, the folder converts to GGUF (llama.cpp's converter, vocabulary only).
 Violations are problems in a folder vocabshift wrote (it keeps these invariants), notes in any other.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._disk import scratch_folder
@@ -42,13 +44,25 @@ def check_serving(report: Inspection, config: Any, tokenizer: Tokenizer, rows: i
     if rows and shards < 8:  # a choice (pad_to_multiple_of=1), not an inconsistency
         report.notes.append(f"{rows:,} rows split evenly over at most {shards} tensor-parallel shards: extend with "
                             "pad_to_multiple_of=128 for any power of two up to 128")
-    mismatch = sentencepiece_mismatch(report.folder)
-    if mismatch is not None:
-        complain(f"{SENTENCEPIECE_PROBLEM} ({mismatch}): sentencepiece, slow tokenizers "
-                 "and llama.cpp's converter read that file and would get another vocabulary; delete it "
-                 "(tokenizer.json is the tokenizer) or save the folder again with vocabshift.save_pretrained_atomic")
+    for problem in _file_problems(report.folder):
+        complain(problem)
     if gguf:
         _check_gguf(report)
+
+
+def _file_problems(folder: Path) -> list[str]:
+    """Files that other readers take instead of the ones transformers reads."""
+    problems = []
+    if all((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        problems.append("it holds both model.safetensors and model.safetensors.index.json: transformers loads "
+                        "model.safetensors, vLLM and llama.cpp's converter the shards the index names; delete the "
+                        "stale copy (model.safetensors, or the index with its shards)")
+    mismatch = sentencepiece_mismatch(folder)
+    if mismatch is not None:
+        problems.append(f"{SENTENCEPIECE_PROBLEM} ({mismatch}): sentencepiece, slow tokenizers and llama.cpp's "
+                        "converter read that file and would get another vocabulary; delete it (tokenizer.json is the "
+                        "tokenizer) or save the folder again with vocabshift.save_pretrained_atomic")
+    return problems
 
 
 def _check_gguf(report: Inspection) -> None:

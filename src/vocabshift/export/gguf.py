@@ -30,7 +30,8 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import check_folder_files, missing_config, read_config
+from ..headers import check_folder_files, load_config, missing_config, read_config
+from ..inspection import stored_rows
 from ..record import find_record
 from ..save import atomic_file
 from ..vocab.spm_file import sentencepiece_mismatch
@@ -75,7 +76,8 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 
     Raises:
         `ModelFolderError`: `model_dir` is not a folder with config.json (a JSON object), or (unless `vocab_only`)
-            has no `*.safetensors` weights.
+            has no `*.safetensors` weights, both `model.safetensors` and a shard index, or embedding rows that are
+            not its config's `vocab_size`.
         `ShardError`: a truncated or corrupted `*.safetensors` file or shard index.
         `InvalidArgumentError`: a bad `outtype` or `output_path`; replace mode without `source_tokenizer`;
             `source_tokenizer` for a folder without a record.
@@ -117,12 +119,30 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 
 def _check_weights(folder: Path) -> None:
     """Safetensors weights, each shard whole (the converter writes a GGUF without tensors from a folder without
-    any, and fails on a truncated one)."""
+    any, and fails on a truncated one), one set of them, with the rows config.json names."""
     files = sorted(path.name for path in folder.iterdir())
     if not any(name.endswith(".safetensors") for name in files):
         raise ModelFolderError(f"model_dir={str(folder)!r} has no *.safetensors weights: pass a folder written by "
                                "save_pretrained, or vocab_only=True for the vocabulary alone.")
     check_folder_files(folder, files)
+    if {"model.safetensors", "model.safetensors.index.json"} <= set(files):  # the converter prefers the index
+        raise ModelFolderError(
+            f"model_dir={str(folder)!r} holds both model.safetensors and model.safetensors.index.json: transformers "
+            "loads model.safetensors, llama.cpp's converter the shards the index names, so the GGUF could hold other "
+            "weights than the model. Delete the stale copy (model.safetensors, or the index with the shards it names), "
+            "or convert a copy of the folder without it; vocab_only=True (--vocab-only) reads no weights.")
+    _check_rows(folder)
+
+
+def _check_rows(folder: Path) -> None:
+    """The stored embedding rows are config.json's vocab_size, by which the converter sizes the vocabulary."""
+    config = load_config(folder)
+    rows, vocab_size = stored_rows(folder, config), config.get_text_config().vocab_size
+    if rows is not None and rows != vocab_size:
+        raise ModelFolderError(
+            f"model_dir={str(folder)!r} stores {rows} embedding rows but its config.json says vocab_size={vocab_size}: "
+            "its files come from different models (from_pretrained refuses it too), and the GGUF would hold another "
+            "number of tokens than rows, which llama.cpp cannot load. Save or download the model again.")
 
 
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:

@@ -131,11 +131,11 @@ def _first(record: ExtensionRecord) -> Any:
 
 
 def _default_base(record: ExtensionRecord) -> str | list[str] | None:
+    """After LEP the model is instruct's (merged with adapted's rows where that is a repo too), else the source."""
     last = record.propagation[-1] if record.propagation else {}
-    parents = [named_repo(last, key) for key in ("instruct", "adapted")]
-    found = [parent for parent in parents if parent is not None]
-    if len(found) == len(parents):
-        return found
+    instruct, adapted = (named_repo(last, key) for key in ("instruct", "adapted"))
+    if instruct is not None:  # an adapted folder of one's own is the common case: the weights are still instruct's
+        return [instruct, adapted] if adapted is not None else instruct
     first, name = _first(record), record.original_source_model
     repo = named_repo(first)
     unsaid = (first.get if isinstance(first, dict) else vars(first).get)("source_is_folder") is None

@@ -13,7 +13,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ge
 
 from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, UnsafeWeightsError
-from ..headers import check_folder_files, read_config
+from ..headers import adapter_fix, check_folder_files, read_config
 from ..inspection import inspect_folder
 from ..serving import SENTENCEPIECE_PROBLEM
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
@@ -152,7 +152,8 @@ def _check_folder(folder: Path, files: list[str]) -> None:
         )
     if "config.json" not in files or not any(fnmatch.fnmatch(path, "*.safetensors") for path in files):
         raise ModelFolderError(
-            f"{str(folder)!r} lacks config.json or *.safetensors weights: pass a folder written by save_pretrained."
+            f"{str(folder)!r} lacks config.json or *.safetensors weights: "
+            f"{adapter_fix(folder) or 'pass a folder written by save_pretrained.'}"
         )
     read_config(folder)
 

@@ -104,7 +104,7 @@ def propagate(
     with atomic_folder(target) as folder:
         models, tokenizer, plan, fits = _stream(models, headers, method, record, folder, hardlink)
         entry = _entry(models, method, fits, plan, options, target)
-        save_tokenizer(tokenizer, folder, like=models["adapted"].tokenizer)
+        save_tokenizer(tokenizer, folder, like=models["adapted"].tokenizer, shown_as=target)
         write_configs(folder, models["instruct"], record, entry, tokenizer, plan.rows)
         write_license_files(folder, models["instruct"].source)
     return target

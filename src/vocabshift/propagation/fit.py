@@ -9,6 +9,7 @@ a complete orthogonal factorization (LAPACK gelsy; several times faster than the
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from .checks import refuse_non_finite
 from .shards import Matrix
 
 __all__ = ["METHODS", "Fit", "FitPairs", "fit_map", "spread_runs"]
+
+logger = logging.getLogger(__name__)
 
 METHODS = ("swap", "overlap", "conversion")
 _BLOCK_BYTES = 128 * 2**20
@@ -104,11 +107,12 @@ class _NormalEquations:
             self.work[side] = torch.empty(rows.numel(), dtype=torch.float64)
         return self.work[side][: rows.numel()].view(rows.shape).copy_(rows)
 
-    def solve(self) -> tuple[torch.Tensor, float]:
-        """W (float64) and ‖AW − B‖² computed from the accumulated products."""
-        weight = torch.linalg.lstsq(self.gram, self.cross, driver="gelsy").solution
+    def solve(self) -> tuple[torch.Tensor, float, int]:
+        """W (float64), ‖AW − B‖² computed from the accumulated products, and the rank of AᵀA."""
+        result = torch.linalg.lstsq(self.gram, self.cross, driver="gelsy")
+        weight = result.solution
         error = self.target_norm - 2 * float((weight * self.cross).sum()) + float((weight * (self.gram @ weight)).sum())
-        return weight, max(error, 0.0)
+        return weight, max(error, 0.0), int(result.rank)
 
 
 def spread_runs(ids: torch.Tensor, *, total: int | None = None, runs: int = 16) -> torch.Tensor:
@@ -177,5 +181,11 @@ def fit_map(kind: str, base: Matrix, instruct: Matrix, pairs: FitPairs, *, side:
     identity = (equations.identity_error / equations.target_norm) ** 0.5 if equations.target_norm else 0.0
     if kind == "swap":
         return Fit(None, pairs.count, identity, identity)
-    weight, error = equations.solve()
+    weight, error, rank = equations.solve()
+    if rank < base.hidden:
+        logger.warning(
+            "W (%s) is fitted on %d row pairs that span %d of the %d dimensions: it maps every row into that span and "
+            "drops the rest, also of what CPT trained, however small its residual. method='swap' (W = I) keeps whole "
+            "rows%s.", side, pairs.count, rank, base.hidden, "" if kind == "conversion" else
+            "; method='conversion' adds the new tokens' decompositions to the pairs")
     return Fit(weight.float(), pairs.count, (error / equations.target_norm) ** 0.5, identity)

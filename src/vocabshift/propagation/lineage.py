@@ -77,7 +77,7 @@ def _check_frozen(record: ExtensionRecord, rows: tuple[torch.Tensor, ...], base:
         return
     if bool(_equal_rows(rows[0], rows[2]).all()):
         raise LineageError(f"adapted's rows of old tokens differ from base's and equal instruct's "
-                           f"({len(equal)} sampled rows): {_swapped(base, instruct)}.")
+                           f"({len(equal)} sampled rows): {_swapped(record, base, instruct)}.")
     why = ("its record says CPT trained only the new rows" if record.cpt else "its record shows no CPT (if a "
            "training loop of your own changed them, record it with vocabshift.record.add_cpt_entry(model, "
            "{'rows': 'all'}) before saving)")
@@ -95,11 +95,17 @@ def _check_trained(record: ExtensionRecord, rows: tuple[torch.Tensor, ...], base
     if to_instruct < to_base:
         raise LineageError(f"adapted's rows of old tokens are closer to instruct's than to base's (relative "
                            f"distance {to_instruct:.3g} vs {to_base:.3g} over {len(base_rows)} sampled rows), "
-                           f"although {trained} started from base's: {_swapped(base, instruct)}, or base is not the "
-                           f"model adapted was made from; {lineage_fix(record)}")
+                           f"although {trained} started from base's: {_swapped(record, base, instruct)}, or base is "
+                           f"not the model adapted was made from; {lineage_fix(record)}")
 
 
-def _swapped(base: Model, instruct: Model) -> str:
+def _swapped(record: ExtensionRecord, base: Model, instruct: Model) -> str:
+    """The likely cause of adapted's old rows being instruct's: adapted is already a propagation's output (its rows
+    of old tokens are then instruct's), else base and instruct were given in each other's place."""
+    if record.propagation:
+        into = record.propagation[-1].get("instruct")
+        return (f"adapted is itself the output of a propagation into instruct={into!r} (per its record): pass as "
+                "adapted the base model saved after extend_vocabulary and CPT, not a propagation's output")
     return (f"base and instruct look swapped; pass base={instruct.source.name!r} and "
             f"instruct={base.source.name!r}")
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from huggingface_hub.utils import tqdm
 
+from ..errors import InvalidArgumentError, NonFiniteWeightsError
 from ..record import ExtensionRecord
 from .checks import refuse_non_finite
 from .fit import Fit, FitPairs
@@ -68,7 +69,14 @@ def fit_pairs(kind: str, record: ExtensionRecord, base_tokenizer: Any) -> FitPai
     the decompositions of the new tokens."""
     added, size = set(base_tokenizer.backend_tokenizer.get_added_tokens_decoder()), len(base_tokenizer)
     single = sorted({old for _, old in record.shared_pairs() if old not in added and old < size})
-    groups = [ids for ids in record.decomposition_lists() if ids] if kind == "conversion" else []
+    decomposed = [ids for ids in record.decomposition_lists() if ids]
+    groups = decomposed if kind == "conversion" else []
+    if kind != "swap" and not single and not groups:  # W would be fitted on nothing: all zeros
+        fix = "method='conversion' (fitted on the new tokens' decompositions) or " if decomposed else ""
+        raise InvalidArgumentError(
+            f"method={kind!r} fits W on the ordinary tokens adapted's vocabulary shares with base's, and per adapted's "
+            f"record there are none{'' if kind == 'overlap' else ', nor decompositions of new tokens'} (at most "
+            f"special and added tokens are shared): pass {fix}method='swap' (W = I).")
     return FitPairs(torch.tensor(single, dtype=torch.long), groups)
 
 
@@ -97,10 +105,27 @@ def propagated_blocks(plan: RowPlan, fit: Fit, adapted: Matrix, base: Matrix, in
         copied = (copy >= 0).nonzero().squeeze(1)
         if len(copied):
             out[copied] = instruct.gather(copy[copied]).float()
-        if not bool(torch.isfinite(out).all()):
-            refuse_non_finite({"adapted": adapted, "base": base, "instruct": instruct},
-                              found=f"the output's {side} rows {start}..{stop - 1}")
+        _check_block(out, (adapted, base, instruct), f"the output's {side} rows {start}..{stop - 1}")
         yield out
+
+
+def _check_block(out: torch.Tensor, matrices: tuple[Matrix, Matrix, Matrix], found: str) -> None:
+    """The block is finite, and stays so once cast to instruct's dtype (which the output is stored in).
+
+    Raises:
+        `NonFiniteWeightsError`: naming the input rows that are not finite, or the dtype the values overflow.
+    """
+    dtype = matrices[2].dtype
+    low, high = torch.aminmax(out) if out.numel() else (torch.tensor(0.0), torch.tensor(0.0))
+    if bool(torch.finfo(dtype).min <= low) and bool(high <= torch.finfo(dtype).max):  # False for NaN
+        return
+    if not bool(torch.isfinite(out).all()):
+        refuse_non_finite(dict(zip(("adapted", "base", "instruct"), matrices, strict=True)), found=found)
+    raise NonFiniteWeightsError(
+        f"{found} reach {max(-float(low), float(high)):.4g}, beyond the range of {dtype} (at most "
+        f"{torch.finfo(dtype).max:.4g}), instruct's dtype, in which the output is stored: they would be written as "
+        "infinite. Rows that large suggest a diverged CPT of adapted; otherwise save instruct in bfloat16 or float32 "
+        "first and propagate into that.")
 
 
 def propagated_bias(plan: RowPlan, adapted: torch.Tensor, base: torch.Tensor, instruct: torch.Tensor, num_old: int

@@ -24,7 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import load_config, read_config, read_header, read_index
+from ..headers import adapter_fix, load_config, read_config, read_header, read_index
 from ..save import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, TOKENIZER_FILES
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
@@ -77,8 +77,8 @@ def open_source(value: str | os.PathLike, *, role: str, revision: str | None, to
             raise InvalidArgumentError(f"{role}_revision={revision!r} was given but {role}={str(value)!r} is a "
                                        "local folder: pass revisions for Hub repo ids only.")
         if not (path / "config.json").is_file():
-            raise ModelFolderError(f"{role}={str(value)!r} has no config.json: pass a folder written by "
-                                   "save_pretrained, or a Hub repo id.")
+            fix = adapter_fix(path) or "pass a folder written by save_pretrained, or a Hub repo id."
+            raise ModelFolderError(f"{role}={str(value)!r} has no config.json: {fix}")
         read_config(path)  # a JSON object, or the error says it is corrupted
         files = tuple(sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()))
         return Source(role, str(value), path, files)

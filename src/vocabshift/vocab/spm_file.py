@@ -83,12 +83,14 @@ def attach_sentencepiece(source: Tokenizer, target: Tokenizer, *, mode: str, lin
     setattr(target, _ATTRIBUTE, _Checked(data, _key(state)))
 
 
-def save_sentencepiece(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None) -> None:
+def save_sentencepiece(tokenizer: Tokenizer, folder: str | os.PathLike, *, like: Tokenizer | None = None,
+                       shown_as: str | os.PathLike | None = None) -> None:
     """After `tokenizer.save_pretrained(folder)`: write its tokenizer.model in step, or make sure there is none.
 
     The file is the one `attach_sentencepiece` checked (while the tokenizer is unchanged), else the one `tokenizer`
     (or `like`, e.g. the model it was made from) was loaded with, if it holds exactly `tokenizer`'s vocabulary.
-    A tokenizer.model that `save_pretrained` wrote and that disagrees with tokenizer.json is removed.
+    A tokenizer.model that `save_pretrained` wrote and that disagrees with tokenizer.json is removed. `shown_as`:
+    the folder the warning names, where `folder` is a temporary one renamed into place afterwards.
     """
     path = Path(folder) / FILE
     data, reason = _file_for(tokenizer, like)
@@ -103,7 +105,7 @@ def save_sentencepiece(tokenizer: Tokenizer, folder: str | os.PathLike, *, like:
         reason = reason or f"the {FILE} that save_pretrained wrote disagrees with tokenizer.json ({left})"
     if reason is not None:
         logger.warning("%s holds no %s: %s. sentencepiece, slow tokenizers and llama.cpp's converter would read the "
-                       "wrong vocabulary from it; transformers reads tokenizer.json.", folder, FILE, reason)
+                       "wrong vocabulary from it; transformers reads tokenizer.json.", shown_as or folder, FILE, reason)
 
 
 def sentencepiece_mismatch(folder: str | os.PathLike) -> str | None:
