@@ -33,8 +33,8 @@ from huggingface_hub.utils import are_progress_bars_disabled
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
 import vocabshift
+from vocabshift.atomic import atomic_folder
 from vocabshift.cli_types import POSITIVE_INT, SHARE
-from vocabshift.save import atomic_folder
 from vocabshift.training import pack_texts
 from vocabshift.training.metrics import bits_per_byte
 from vocabshift.training.plots import plot_curves

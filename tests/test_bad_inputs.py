@@ -1069,10 +1069,10 @@ def test_save_out_of_room_keeps_the_previous_output(w, tmp_path):
 def test_atomic_file_out_of_room(tmp_path, code, fix):
     """An OSError that runs out of room is named; any other OSError is raised as it was."""
     (tmp_path / "card.md").write_text("before", encoding="utf-8")
-    with pytest.raises(errors.OutputWriteError, match=fix) as info, vocabshift.save.atomic_file(tmp_path / "card.md"):
+    with pytest.raises(errors.OutputWriteError, match=fix) as info, vocabshift.atomic.atomic_file(tmp_path / "card.md"):
         raise OSError(code, os.strerror(code))
     assert info.value.errno == code and "card.md" in str(info.value)
-    with pytest.raises(PermissionError) as raw, vocabshift.save.atomic_file(tmp_path / "card.md"):
+    with pytest.raises(PermissionError) as raw, vocabshift.atomic.atomic_file(tmp_path / "card.md"):
         raise PermissionError(13, "Permission denied")
     assert not isinstance(raw.value, errors.OutputWriteError)
     assert [path.name for path in tmp_path.iterdir()] == ["card.md"] and (tmp_path / "card.md").read_text() == "before"

@@ -17,8 +17,8 @@ PACKAGE = ROOT / "src" / "vocabshift"
 # Stages in the order data flows; a module of a stage may import its own stage and the ones before it.
 STAGES = [
     ("vocabshift._version", "vocabshift._typing", "vocabshift.errors", "vocabshift._disk", "vocabshift.arguments",
-     "vocabshift.corpus", "vocabshift.headers", "vocabshift._record_values", "vocabshift.packing", "vocabshift.record",
-     "vocabshift.registry"),
+     "vocabshift.atomic", "vocabshift.corpus", "vocabshift.headers", "vocabshift._record_values", "vocabshift.packing",
+     "vocabshift.record", "vocabshift.registry"),
     ("vocabshift.vocab", "vocabshift.save"),  # save writes a tokenizer.model in step (vocab.spm_file)
     ("vocabshift._vector_files", "vocabshift.wordvectors", "vocabshift.word_vector_training", "vocabshift.embeddings"),
     ("vocabshift.methods",),

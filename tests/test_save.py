@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import vocabshift
 from conftest import ROOT, kill_once_written, make_model
-from vocabshift import save
+from vocabshift import atomic
 from vocabshift.errors import InvalidArgumentError, InvalidArgumentTypeError, ModelFolderError
 
 TINY = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -83,7 +83,7 @@ def test_a_failing_save_leaves_the_previous_output(tmp_path):
 
 
 def test_replacing_without_an_atomic_exchange(tmp_path, monkeypatch):
-    monkeypatch.setattr(save, "_exchange", lambda first, second: False)
+    monkeypatch.setattr(atomic, "_exchange", lambda first, second: False)
     folder = tmp_path / "out"
     vocabshift.save_pretrained_atomic(tiny(0), None, folder)
     vocabshift.save_pretrained_atomic(tiny(1), None, folder)
@@ -102,7 +102,7 @@ def test_an_output_that_is_a_symbolic_link_is_written_where_it_points(tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "real")
     assert torch.equal(reloaded.model.embed_tokens.weight, tiny(1).model.embed_tokens.weight)
     (tmp_path / "card.md").symlink_to("nowhere.md")  # a dangling link: written where it points
-    save.atomic_write_text(tmp_path / "card.md", "text")
+    atomic.atomic_write_text(tmp_path / "card.md", "text")
     assert (tmp_path / "card.md").is_symlink() and (tmp_path / "nowhere.md").read_text() == "text"
 
 
@@ -117,7 +117,7 @@ def test_a_kill_between_the_two_renames_is_repaired(tmp_path):
     aside.mkdir()
     os.rename(folder, aside / "out")
     with pytest.raises(RuntimeError, match="stop"):
-        with save.atomic_folder(folder):
+        with atomic.atomic_folder(folder):
             raise RuntimeError("stop")
     assert digest(folder) == before and siblings(folder) == []
 
@@ -268,7 +268,7 @@ def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
     """Each writer (process, or call) writes its own temporary sibling: two writers of probe.md once renamed the
     same `.probe.md.partial`, and the second rename failed (FileNotFoundError)."""
     target = tmp_path / "probe.md"
-    with vocabshift.save.atomic_file(target) as first, vocabshift.save.atomic_file(target) as second:
+    with vocabshift.atomic.atomic_file(target) as first, vocabshift.atomic.atomic_file(target) as second:
         assert first != second and first.parent == second.parent == tmp_path
         first.write_text("one")
         second.write_text("two")
@@ -282,7 +282,7 @@ def test_a_temporary_file_of_a_killed_process_goes_with_the_next_write(tmp_path)
     alive = tmp_path / f".model.gguf.vocabshift-part-{os.getppid()}-0a1b2c3d"  # another process's write in progress
     dead.write_bytes(b"half a file")
     alive.write_bytes(b"being written")
-    vocabshift.save.atomic_write_text(target, "done")
+    vocabshift.atomic.atomic_write_text(target, "done")
     assert target.read_text() == "done" and not dead.exists() and alive.exists()
 
 
@@ -303,7 +303,7 @@ def test_the_output_folder_has_the_permissions_the_umask_gives(tmp_path):
 def test_long_and_glob_names_get_their_siblings(tmp_path, name):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     folder = tmp_path / name
-    leftover = save._sibling(folder, "tmp").with_name(save._prefix(folder, "tmp") + f"{int(dead.stdout)}-abc")
+    leftover = atomic._sibling(folder, "tmp").with_name(atomic._prefix(folder, "tmp") + f"{int(dead.stdout)}-abc")
     leftover.mkdir()  # a killed save's
     vocabshift.save_pretrained_atomic(tiny(0), None, folder)
     vocabshift.save_pretrained_atomic(tiny(1), None, folder)

@@ -30,6 +30,7 @@ from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HTTPError, Re
 from . import cli_train  # noqa: F401  (registers train, evaluate, probe)
 from ._version import __version__
 from .assemble import ROW_MULTIPLE
+from .atomic import atomic_folder, atomic_write_text
 from .cli_common import SUBCOMMANDS, arg, card_output, check_output, load_model, subcommand
 from .cli_types import POSITIVE_INT, SEED, branch, repo_id, shard_size
 from .corpus import read_texts
@@ -42,7 +43,7 @@ from .inspection import inspect_folder, record_summary
 from .propagation import METHODS, propagate, read_input_embeddings
 from .record import get_record, note_command
 from .registry import get_method, list_methods
-from .save import atomic_folder, atomic_write_text, save_pretrained_atomic
+from .save import save_pretrained_atomic
 from .vocab import train_tokenizer
 from .vocab.load import load_tokenizer
 

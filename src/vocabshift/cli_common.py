@@ -17,9 +17,9 @@ import transformers
 
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_repo_id
+from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
 from .headers import CONFIG_ERRORS, adapter_fix, check_folder_files, read_config
-from .save import check_replaceable
 from .vocab.load import load_tokenizer
 
 __all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "load_model", "model_tokenizer",
@@ -100,7 +100,7 @@ def model_tokenizer(path: str, *, argument: str = "model") -> Tokenizer:
 
 
 def check_output(output: str, *, holds: str = "model", **inputs: str | None) -> None:
-    """Before any work: the output folder can be replaced as a whole (`save.check_replaceable`), and it is not an
+    """Before any work: the output folder can be replaced as a whole (`atomic.check_replaceable`), and it is not an
     input folder, nor holds one, nor lies inside one (inputs are never written); `holds`: "model" or "tokenizer",
     what it is written with.
 

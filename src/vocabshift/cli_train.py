@@ -15,12 +15,13 @@ from transformers import Trainer, TrainingArguments
 from ._disk import scratch_folder
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_positions
+from .atomic import atomic_folder, atomic_write_text
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE
 from .corpus import read_texts
 from .errors import InvalidArgumentError, RecordError, TokenizerLoadError, TokenizerMismatchError
 from .record import find_record, get_record, store_record
-from .save import atomic_folder, atomic_write_text, save_tokenizer
+from .save import save_tokenizer
 from .training import DistillationTrainer, DistillationWeights, EmbeddingOnlyCallback, evaluate, pack_texts, probe
 from .training.distill.teacher import changed_by_training
 from .training.plots import plot_curves, require_matplotlib

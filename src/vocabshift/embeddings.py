@@ -8,6 +8,7 @@ leaves it frozen, propagation carries it like the rows (see `propagation.plan.pr
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "input_matrix",
     "non_finite_rows",
     "original_embeddings",
+    "stored_shape",
 ]
 
 # Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
@@ -194,6 +196,16 @@ def embedding_names(config: Any) -> EmbeddingNames:
     input_names = [n for n, p in named if p is inputs.weight]
     head_names = [n for n, p in named if p is getattr(head, "weight", None)]
     return EmbeddingNames(input_names, head_names, bool(head_names) and bool(set(input_names) & set(head_names)))
+
+
+def stored_shape(shapes: Mapping[str, list[int]], names: Sequence[str]) -> list[int] | None:
+    """The shape of the first of `names` (`embedding_names`) among a folder's stored tensors (`shapes`, by name),
+    allowing for a base-model prefix on either side."""
+    for name in names:
+        for key, shape in shapes.items():
+            if key == name or key.endswith("." + name) or name.endswith("." + key):
+                return shape
+    return None
 
 
 def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argument: str) -> None:

@@ -15,14 +15,14 @@ from typing import Any
 
 from ._typing import Tokenizer
 from .arguments import check_flag, check_path
-from .embeddings import embedding_names
+from .embeddings import embedding_names, stored_shape
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import check_weight_map, load_config, read_config, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
 from .vocab.load import fingerprint, load_tokenizer
 
-__all__ = ["Inspection", "inspect_folder", "stored_rows"]
+__all__ = ["Inspection", "inspect_folder"]
 
 SAMPLES = ("The quick brown fox jumps over the lazy dog.", "Съешь же ещё этих мягких французских булок, да выпей чаю.",
            "Grüße aus Köln: 3,5 km bis zum Dom!", "def f(x):\n    return x ** 2  # 😀")
@@ -137,27 +137,11 @@ def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:
     return {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}
 
 
-def stored_rows(folder: Path, config: Any) -> int | None:
-    """The rows of the input embedding matrix in `folder`'s safetensors files (`config`: as transformers reads it);
-    None when there is no such 2-D tensor (`inspect_folder` names that problem)."""
-    shape = _stored(_saved_shapes(Inspection(folder, None), folder), embedding_names(config).input)
-    return shape[0] if shape is not None and len(shape) == 2 else None
-
-
-def _stored(shapes: dict[str, list[int]], names: list[str]) -> list[int] | None:
-    """The shape of the first of `names` stored in the files (allowing for a base-model prefix on either side)."""
-    for name in names:
-        for key, shape in shapes.items():
-            if key == name or key.endswith("." + name) or name.endswith("." + key):
-                return shape
-    return None
-
-
 def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[int | None, bool]:
     shapes = _saved_shapes(report, folder)
     names = embedding_names(config)
     input_names, head_names, tied = names.input, names.head, names.tied
-    shape = _stored(shapes, input_names)
+    shape = stored_shape(shapes, input_names)
     if shape is None:
         report.problems.append(f"no input embedding tensor ({', '.join(input_names)}) in the readable safetensors "
                                "files")
@@ -169,7 +153,7 @@ def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[in
         return None, tied
     rows = shape[0]
     report.facts.append(("embedding rows", f"{rows:,} x {shape[1]:,}"))
-    head = None if tied or not head_names else _stored(shapes, [n for n in head_names if n not in input_names])
+    head = None if tied or not head_names else stored_shape(shapes, [n for n in head_names if n not in input_names])
     if head is not None and len(head) != 2:
         report.problems.append(f"the output head tensor has shape {head}, where it has two dimensions (rows x "
                                "width): the weights are damaged; save the model again")

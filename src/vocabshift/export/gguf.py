@@ -22,6 +22,8 @@ from huggingface_hub.utils import tqdm
 
 from .._disk import scratch_folder
 from ..arguments import check_choice, check_flag, check_output_path, check_path
+from ..atomic import atomic_file
+from ..embeddings import embedding_names, stored_shape
 from ..errors import (
     ConversionError,
     InvalidArgumentError,
@@ -30,10 +32,8 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import check_folder_files, load_config, missing_config, read_config
-from ..inspection import stored_rows
+from ..headers import check_folder_files, load_config, missing_config, read_config, read_header
 from ..record import find_record
-from ..save import atomic_file
 from ..vocab.spm_file import sentencepiece_mismatch
 from ._convert import UNKNOWN_PRE_TOKENIZER
 from .llama_cpp import converter_dir
@@ -137,7 +137,10 @@ def _check_weights(folder: Path) -> None:
 def _check_rows(folder: Path) -> None:
     """The stored embedding rows are config.json's vocab_size, by which the converter sizes the vocabulary."""
     config = load_config(folder)
-    rows, vocab_size = stored_rows(folder, config), config.get_text_config().vocab_size
+    shapes = {name: list(info.shape) for path in folder.glob("*.safetensors")
+              for name, info in read_header(path).tensors.items()}
+    shape, vocab_size = stored_shape(shapes, embedding_names(config).input), config.get_text_config().vocab_size
+    rows = shape[0] if shape is not None and len(shape) == 2 else None
     if rows is not None and rows != vocab_size:
         raise ModelFolderError(
             f"model_dir={str(folder)!r} stores {rows} embedding rows but its config.json says vocab_size={vocab_size}: "

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from .._typing import Tokenizer
+from ..atomic import LICENSE_PREFIXES, atomic_write_text
 from ..headers import read_json_object
 from ..record import ExtensionRecord, propagated, store_record
-from ..save import LICENSE_PREFIXES, atomic_write_text
 from ..vocab.ids import remap_token_ids
 from ..vocab.load import fingerprint
 from .checks import Model

@@ -22,10 +22,10 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
+from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, TOKENIZER_FILES
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
 from ..headers import adapter_fix, load_config, read_config, read_header, read_index
-from ..save import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, TOKENIZER_FILES
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 

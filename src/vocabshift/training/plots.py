@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..save import atomic_file
+from ..atomic import atomic_file
 
 __all__ = ["plot_curves", "require_matplotlib"]
 

@@ -20,12 +20,12 @@ from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
 from ..arguments import check_count, check_output_path, check_positions, check_rate, check_seed, check_texts
+from ..atomic import atomic_write_text
 from ..embeddings import check_tokenizer, find_embeddings
 from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
 from ..record import get_record
 from ..registry import build_config, get_method
-from ..save import atomic_write_text
 from ..vocab.load import load_tokenizer
 from .cpt.freeze import ROW_CHOICES, freeze_for_embedding_training
 from .distill.collator import default_collator

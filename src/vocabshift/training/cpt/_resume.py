@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from ...atomic import atomic_write_text
 from ...errors import TrainingSetupError
 from ...headers import json_object
-from ...save import atomic_write_text
 
 __all__ = ["MARKER", "check_marker", "check_optimizer_state", "damaged_checkpoint_json", "plain_checkpoint_error",
            "read_checkpoint_json", "setup_of", "write_marker"]

@@ -19,10 +19,10 @@ from transformers import Trainer
 from transformers import TrainingArguments as HFTrainingArguments
 
 from ..._typing import Model, TokenizerLike, TrainingArguments
+from ...atomic import atomic_write_text
 from ...embeddings import find_embeddings
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
 from ...record import get_record
-from ...save import atomic_write_text
 from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt._resume import damaged_checkpoint_json, read_checkpoint_json
 from ..cpt._run import checkpoint_folder
