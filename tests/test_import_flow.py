@@ -28,8 +28,8 @@ STAGES = [
     ("vocabshift.training",),
     ("vocabshift.propagation", "vocabshift.export", "vocabshift.serving", "vocabshift.inspection"),
     ("vocabshift.hub",),
-    ("vocabshift.cli_common", "vocabshift.cli_types", "vocabshift.cli_train", "vocabshift.cli", "vocabshift.__main__",
-     "vocabshift"),
+    ("vocabshift.cli_common", "vocabshift.cli_types", "vocabshift.cli_train", "vocabshift.cli_publish",
+     "vocabshift.cli", "vocabshift.__main__", "vocabshift"),
 ]
 
 
