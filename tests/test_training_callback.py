@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 from accelerate.state import AcceleratorState
-from peft import LoraConfig
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model
-from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError
-from vocabshift.training import SecondStage
+from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError, UnsupportedModelError
+from vocabshift.training import SecondStage, freeze_for_embedding_training
 from vocabshift.training.cpt import embedding_parameters
 
 
@@ -208,6 +208,60 @@ def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tok
     with pytest.raises(TrainingSetupError, match="did not see this model.*callbacks="):
         trainer.train()
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_refuses_a_peft_model(tokenizers_en, tokenizers_ru, tmp_path):
+    """Around a PeftModel the callback froze the adapters, and the Trainer's checkpoints and save_model wrote the
+    (untrained) adapters alone, without the trained rows: refused before anything is frozen or split."""
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    trainable = [name for name, p in wrapped.named_parameters() if p.requires_grad]
+    match = "peft PeftModel: embedding-only training would freeze its adapters.*\\(second_stage=SecondStage"
+    with pytest.raises(UnsupportedModelError, match=match):
+        Trainer(model=wrapped, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    with pytest.raises(UnsupportedModelError, match=match):
+        freeze_for_embedding_training(wrapped)
+    assert [name for name, p in wrapped.named_parameters() if p.requires_grad] == trainable
+    assert "trainable_rows" not in str(dict(wrapped.named_parameters()).keys())
+
+
+def test_a_run_of_no_step_adds_no_record_entry(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog):
+    """max_steps=0 trained nothing, and the record got an entry with train_loss 0.0 as if a run had taken place."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    before = snapshot(model)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=0, num_train_epochs=0),
+                train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert "Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained" in caplog.text
+    assert vocabshift.get_record(model).cpt == []
+    after = snapshot(model)
+    assert after.keys() == before.keys() and all(torch.equal(p, before[n]) for n, p in after.items())
+
+
+def test_warns_of_batches_without_labels(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog):
+    """Every label -100: the loss is exactly 0 and nothing trains, which the Trainer logs without a word."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    masked = [{**b, "labels": torch.full_like(b["labels"], -100)} for b in blocks(tokenizer, ru_lines)]
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=2), train_dataset=masked,
+                callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert caplog.text.count("The training loss is exactly 0 at step 1: no token of these batches has a label") == 1
+
+
+def test_the_record_names_the_best_checkpoint_loaded(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """load_best_model_at_end puts an earlier checkpoint's weights back: the entry says which, beside the last
+    step's figures (before, it read as if the model were the last step's)."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    data = blocks(tokenizer, ru_lines)
+    args = arguments(tmp_path, max_steps=3, eval_strategy="steps", eval_steps=1, save_strategy="steps",
+                     save_steps=1, load_best_model_at_end=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4],
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    best = trainer.state.best_global_step
+    assert best in (1, 2, 3)
+    assert vocabshift.get_record(model).cpt[-1]["loaded_best"] == {"step": best, "metric": "loss",
+                                                                   "value": trainer.state.best_metric}
 
 
 def test_optimizer_chosen_through_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,10 @@ from ._optimizer import HeadRate
 from .rows import TrainableRows
 from .stage import BodyGate
 
-__all__ = ["Run", "checkpoint_folder", "next_token"]
+__all__ = ["Run", "best_loaded", "checkpoint_folder", "next_token", "trained_nothing",
+           "warn_of_a_zero_loss"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Run:
         new_ids: the record's new ids (for the row-norm logs), None without a record.
         logs: the last `loss` / `train_loss` logged, for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
+        warned_zero_loss: the warning that the loss is exactly 0 was given.
     """
 
     ids: torch.Tensor | None
@@ -39,6 +44,7 @@ class Run:
     new_ids: torch.Tensor | None = None
     logs: dict[str, float] = field(default_factory=dict)
     began: bool = False
+    warned_zero_loss: bool = False
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
@@ -50,3 +56,30 @@ def next_token() -> dict[str, Any]:
     """The objective of a plain Trainer's loss, as the record entry keeps it: a causal LM's next-token
     cross-entropy."""
     return {"name": "next_token"}
+
+
+def best_loaded(args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
+    """Where `load_best_model_at_end` put the weights back, for the record entry (whose `steps` and `final_loss` are
+    the run's last step's): the checkpoint's step and its metric; empty when the last step's weights stay."""
+    if not args.load_best_model_at_end or state.best_model_checkpoint is None:
+        return {}
+    metric = args.metric_for_best_model or "loss"
+    return {"loaded_best": {"step": state.best_global_step, "metric": metric, "value": state.best_metric}}
+
+
+def warn_of_a_zero_loss(run: Run, loss: float, step: int) -> None:
+    """A cross-entropy of exactly 0 means no token had a label: nothing trains (once per run)."""
+    if loss == 0.0 and not run.warned_zero_loss:
+        run.warned_zero_loss = True
+        logger.warning(f"The training loss is exactly 0 at step {step}: no token of these batches has a label to "
+                       "predict (labels all -100, or none given), so the rows get no gradient and nothing trains. "
+                       "Give each example labels (labels = input_ids for causal LM training).")
+
+
+def trained_nothing(state: TrainerState) -> bool:
+    """A run that ended after 0 steps trained nothing: say so (its record entry would read as a run, loss 0.0)."""
+    if state.global_step > 0:
+        return False
+    logger.warning("Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained, and the "
+                   "record has no entry for this run. Set max_steps (or num_train_epochs) above 0.")
+    return True

@@ -23,8 +23,8 @@ from ._backends import refuse_backend
 from ._finite import check_finite
 from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
-from ._run import Run, checkpoint_folder, next_token
-from .freeze import check_rows, freeze_body, row_norms, trainable_row_ids
+from ._run import Run, best_loaded, checkpoint_folder, next_token, trained_nothing, warn_of_a_zero_loss
+from .freeze import check_not_an_adapter, check_rows, freeze_body, row_norms, trainable_row_ids
 from .rows import current_split, embedding_parameters, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
@@ -69,6 +69,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
     Raises:
         `InvalidArgumentError`: bad arguments, rows out of range (when the Trainer is built).
         `RecordError`: `rows="new"` on a model without an ExtensionRecord.
+        `UnsupportedModelError`: a peft model (its adapters would not train, and its checkpoints would not hold the
+            trained rows): train the model itself, and LoRA adapters through `second_stage`.
         `TrainingSetupError`: the Trainer's optimizer was built before the callback could split the rows
             (`optimizers=(...)`, or the callback added after the Trainer was built), an unsupported DeepSpeed/FSDP
             setup, or a resume from a checkpoint saved with other trainable rows (each checkpoint records its rows
@@ -134,6 +136,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
                     **kwargs: Any) -> None:
         """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
         refuse_backend(self)
+        check_not_an_adapter(model)
         _fold_an_earlier_split(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
@@ -245,6 +248,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
             return
         run = self._run
         run.logs.update({k: logs[k] for k in ("loss", "train_loss") if k in logs})
+        if "loss" in logs:
+            warn_of_a_zero_loss(run, logs["loss"], state.global_step)
         if "loss" in logs and run.began:
             figures = {_PREFIX + k: v for k, v in row_norms(self._model, run.new_ids).items()}
             logs.update(figures)
@@ -253,8 +258,11 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: Model | None = None, **kwargs: Any) -> None:
-        """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record."""
+        """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record (not a run of
+        no step: it trained nothing)."""
         self._close()
+        if trained_nothing(state):
+            return
         if not add_cpt_entry(self._model, self._entry(args, state)):
             logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
@@ -295,6 +303,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
             "second_stage": None if self.second_stage is None else self.second_stage.to_dict(),
             "row_norms": row_norms(self._model, run.new_ids),
             "objective": self._objective(),
+            **best_loaded(args, state),
             **({} if self.command is None else {"command": list(self.command)}),
         }
 
