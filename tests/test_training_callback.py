@@ -248,6 +248,19 @@ def test_warns_of_batches_without_labels(tokenizers_en, tokenizers_ru, ru_lines,
     assert caplog.text.count("The training loss is exactly 0 at step 1: no token of these batches has a label") == 1
 
 
+@pytest.mark.parametrize("tokenized_with", ["original", "extended"])
+def test_warns_of_batches_without_new_tokens(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog, tokenized_with):
+    """Text tokenized with the original tokenizer holds no new id: the new rows would train only to be less likely
+    (through the tied head), without a word. Said once, after the first steps."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    data = blocks(tokenizers_en["bytelevel"] if tokenized_with == "original" else tokenizer, ru_lines)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=3), train_dataset=data,
+                callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    warned = caplog.text.count("The batches of the first 3 steps hold none of the new tokens (ids ")
+    assert warned == (tokenized_with == "original")
+
+
 def test_the_record_names_the_best_checkpoint_loaded(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """load_best_model_at_end puts an earlier checkpoint's weights back: the entry says which, beside the last
     step's figures (before, it read as if the model were the last step's)."""

@@ -16,9 +16,10 @@ from .rows import TrainableRows
 from .stage import BodyGate
 
 __all__ = ["Run", "best_loaded", "checkpoint_folder", "next_token", "trained_nothing",
-           "warn_of_a_zero_loss"]
+           "warn_of_a_zero_loss", "warn_of_unseen_rows"]
 
 logger = logging.getLogger(__name__)
+LOOKUP_STEPS = 10  # the steps whose batches must hold a new token somewhere
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Run:
         logs: the last `loss` / `train_loss` logged, for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
         warned_zero_loss: the warning that the loss is exactly 0 was given.
+        checked_lookups: whether the first steps' batches held a trainable row's id was checked.
     """
 
     ids: torch.Tensor | None
@@ -45,6 +47,7 @@ class Run:
     logs: dict[str, float] = field(default_factory=dict)
     began: bool = False
     warned_zero_loss: bool = False
+    checked_lookups: bool = False
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
@@ -83,3 +86,19 @@ def trained_nothing(state: TrainerState) -> bool:
     logger.warning("Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained, and the "
                    "record has no entry for this run. Set max_steps (or num_train_epochs) above 0.")
     return True
+
+
+def warn_of_unseen_rows(run: Run, rows: Any, state: TrainerState) -> None:
+    """After the first `LOOKUP_STEPS` steps (one read of a device counter): warn when their batches held no id of the
+    new rows, as with text tokenized by the original tokenizer (whose ids all precede the new ones)."""
+    if rows != "new" or run.ids is None or run.checked_lookups or state.global_step < min(LOOKUP_STEPS,
+                                                                                            state.max_steps):
+        return
+    run.checked_lookups = True
+    if run.rows.lookups == 0 and state.is_world_process_zero:
+        logger.warning(
+            f"The batches of the first {state.global_step} steps hold none of the new tokens (ids "
+            f"{int(run.ids[0])} to {int(run.ids[-1])}), so their rows train only to be less likely: the text was "
+            "tokenized with the original tokenizer, or is not in the new tokenizer's language. Tokenize it with the "
+            "tokenizer extend_vocabulary returned."
+        )

@@ -23,7 +23,15 @@ from ._backends import refuse_backend
 from ._finite import check_finite
 from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
-from ._run import Run, best_loaded, checkpoint_folder, next_token, trained_nothing, warn_of_a_zero_loss
+from ._run import (
+    Run,
+    best_loaded,
+    checkpoint_folder,
+    next_token,
+    trained_nothing,
+    warn_of_a_zero_loss,
+    warn_of_unseen_rows,
+)
 from .freeze import check_not_an_adapter, check_rows, freeze_body, row_norms, trainable_row_ids
 from .rows import current_split, embedding_parameters, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
@@ -212,6 +220,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         except TrainingDivergedError:
             self._close()
             raise
+        warn_of_unseen_rows(self._started(), self.rows, state)
         self._maybe_open_gate(state)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,

@@ -35,6 +35,7 @@ from ._fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_r
 __all__ = ["TrainableRows", "current_split", "embedding_parameters", "split_rows"]
 
 SPLIT = "_vocabshift_split"
+LOOKUPS = "_vocabshift_lookups"  # the input module's count of looked-up ids that are trainable rows (a tensor)
 
 
 def embedding_parameters(model: Model) -> list[torch.nn.Parameter]:
@@ -66,6 +67,12 @@ class TrainableRows:
     @property
     def is_split(self) -> bool:
         return bool(self._groups)
+
+    @property
+    def lookups(self) -> int | None:
+        """How many of the ids looked up since the split were trainable rows' (None once folded); reads a device
+        counter."""
+        return int(self.model.get_submodule(self._groups[0][0]).__dict__[LOOKUPS]) if self._groups else None
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -193,10 +200,13 @@ def _unregister(module: torch.nn.Module) -> None:
     for name in (ROWS, IDS, SLOTS):
         if hasattr(module, name):
             delattr(module, name)
+    module.__dict__.pop(LOOKUPS, None)
 
 
 def _install_lookup(module: torch.nn.Embedding, ids: torch.Tensor) -> Any:
     _register(module, ids, _new_rows(module.weight, ids))
+    module.__dict__[LOOKUPS] = torch.zeros((), dtype=torch.long, device=ids.device)  # no buffer: DDP
+    # would broadcast the first process's count to the others
     pad = module.padding_idx
     padding_slot = int(getattr(module, SLOTS)[pad]) if pad is not None else -1
     hook = functools.partial(_lookup_hook, padding_slot=padding_slot if padding_slot >= 0 else None)
@@ -208,12 +218,16 @@ def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict
     """Replace the looked-up rows of trainable ids (zero in the frozen matrix) by the trainable rows."""
     ids = args[0] if args else next(iter(kwargs.values()))
     slots = getattr(module, SLOTS)[ids]
+    found = slots >= 0
+    counter = module.__dict__.get(LOOKUPS)
+    if counter is not None:  # out of place: the model may have moved since, or run under inference_mode
+        module.__dict__[LOOKUPS] = counter.to(found.device) + found.sum()
     weight = module.weight
     rows = F.embedding(slots.clamp(min=0), getattr(module, ROWS).to(weight.dtype), padding_idx=padding_slot)
     scale = getattr(module, "embed_scale", None)  # Gemma-style scaled lookups
     if scale is not None:
         rows = rows * scale.to(weight.dtype)
-    return torch.where((slots >= 0).unsqueeze(-1), rows, output)
+    return torch.where(found.unsqueeze(-1), rows, output)
 
 
 class _Override:
