@@ -124,6 +124,8 @@ def split_rows(model: Model, ids: torch.Tensor | None) -> TrainableRows:
 
     Raises:
         `UnsupportedModelError`: an embedding or head module vocabshift cannot compose rows for.
+        `TrainingSetupError`: the rows are split already, or the matrices sharded already (FSDP2's `fully_shard`
+            before the split).
     """
     embeddings = find_embeddings(model)
     inputs, head = embeddings.input, embeddings.head
@@ -171,6 +173,13 @@ def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> 
             "only for linear heads. Train every row (rows='all') instead."
         )
     for module in (inputs, head):
+        if module is not None and hasattr(module.weight, "to_local"):
+            raise TrainingSetupError(
+                f"The {'input embeddings' if module is inputs else 'output head'} are already sharded (a DTensor: "
+                "fully_shard ran on the model first), and vocabshift splits the trainable rows off whole matrices. "
+                "Split first, then shard: call freeze_for_embedding_training(model, rows=...) before fully_shard (the "
+                "Trainer shards after EmbeddingOnlyCallback has split), or train every row (rows='all')."
+            )
         if module is not None and hasattr(module, ROWS):
             raise TrainingSetupError(
                 f"{type(module).__name__} already has split trainable rows: fold the earlier split "
