@@ -210,6 +210,24 @@ def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tok
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
+def test_refuses_one_callback_for_trainers_of_two_models(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """The second Trainer took the callback over: the first model stayed split, and the first Trainer's train()
+    blamed trainer.add_callback."""
+    first, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    second, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    callback, before = vocabshift.EmbeddingOnlyCallback(), snapshot(second)
+    trainer = Trainer(model=first, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[callback])
+    with pytest.raises(TrainingSetupError, match="already serves a Trainer of another Qwen2ForCausalLM.* its own "
+                                                 "EmbeddingOnlyCallback"):
+        Trainer(model=second, args=arguments(tmp_path), callbacks=[callback])
+    after = snapshot(second)
+    assert after.keys() == before.keys() and all(torch.equal(p, before[n]) for n, p in after.items())
+    assert all(p.requires_grad for p in second.parameters())
+    trainer.train()  # the first Trainer still trains
+    assert vocabshift.get_record(first).cpt[-1]["steps"] == 1
+
+
 def test_refuses_a_peft_model(tokenizers_en, tokenizers_ru, tmp_path):
     """Around a PeftModel the callback froze the adapters, and the Trainer's checkpoints and save_model wrote the
     (untrained) adapters alone, without the trained rows: refused before anything is frozen or split."""

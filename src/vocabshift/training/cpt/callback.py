@@ -33,7 +33,7 @@ from ._run import (
     warn_of_unseen_rows,
 )
 from .freeze import check_not_an_adapter, check_rows, freeze_body, row_norms, trainable_row_ids
-from .rows import current_split, embedding_parameters, split_rows
+from .rows import embedding_parameters, fold_an_earlier_split, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -145,7 +145,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
         refuse_backend(self)
         check_not_an_adapter(model)
-        _fold_an_earlier_split(model)
+        self._check_not_serving_another(model)
+        fold_an_earlier_split(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
         if self.head_learning_rate is not None and len(embeddings) < 2:
@@ -164,6 +165,16 @@ class EmbeddingOnlyCallback(TrainerCallback):
         check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
+
+    def _check_not_serving_another(self, model: Model) -> None:
+        """One callback serves one Trainer at a time: refuse a second Trainer of another model while the first's
+        rows are split (taking it over would leave them split, and that Trainer unable to train)."""
+        if self._run is not None and self._model is not model and self._run.rows.is_split:
+            raise TrainingSetupError(
+                f"This EmbeddingOnlyCallback already serves a Trainer of another {type(self._model).__name__}, whose "
+                "rows it split and has not folded back (that Trainer has not trained): give each Trainer its own "
+                "EmbeddingOnlyCallback(...)."
+            )
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Model | None = None, optimizer: torch.optim.Optimizer | None = None,
@@ -315,13 +326,3 @@ class EmbeddingOnlyCallback(TrainerCallback):
             **best_loaded(args, state),
             **({} if self.command is None else {"command": list(self.command)}),
         }
-
-
-def _fold_an_earlier_split(model: Model) -> None:
-    """A Trainer built on this model before, and not trained to its end, left the rows split: fold them back (what
-    they learned stays) so that this Trainer can split them again."""
-    earlier = current_split(model)
-    if earlier is not None:
-        logger.warning("An earlier Trainer's EmbeddingOnlyCallback left the rows split (built, or interrupted, before "
-                       "training ended): folding them back into the model; do not train that Trainer any more.")
-        earlier.fold()

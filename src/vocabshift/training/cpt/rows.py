@@ -22,6 +22,7 @@ call time, `state_dict()` gathers the folded matrix, and `fold()` writes each ra
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
@@ -32,8 +33,9 @@ from ...embeddings import find_embeddings
 from ...errors import TrainingSetupError, UnsupportedModelError
 from ._fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
-__all__ = ["TrainableRows", "current_split", "embedding_parameters", "split_rows"]
+__all__ = ["TrainableRows", "current_split", "embedding_parameters", "fold_an_earlier_split", "split_rows"]
 
+logger = logging.getLogger(__name__)
 SPLIT = "_vocabshift_split"
 LOOKUPS = "_vocabshift_lookups"  # the input module's count of looked-up ids that are trainable rows (a tensor)
 
@@ -156,6 +158,16 @@ def split_rows(model: Model, ids: torch.Tensor | None) -> TrainableRows:
 def current_split(model: Model) -> TrainableRows | None:
     """The `TrainableRows` whose split of `model`'s rows is still in place (None when the model is plain)."""
     return find_embeddings(model).input.__dict__.get(SPLIT)
+
+
+def fold_an_earlier_split(model: Model) -> None:
+    """A Trainer built on this model before, and not trained to its end, left the rows split: fold them back (what
+    they learned stays) so that this Trainer can split them again."""
+    earlier = current_split(model)
+    if earlier is not None:
+        logger.warning("An earlier Trainer's EmbeddingOnlyCallback left the rows split (built, or interrupted, before "
+                       "training ended): folding them back into the model; do not train that Trainer any more.")
+        earlier.fold()
 
 
 def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> None:
