@@ -210,6 +210,18 @@ def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tok
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
+def test_refuses_a_model_init(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """model_init builds a new model in train(), after the callback froze the first one: it was blamed on
+    trainer.add_callback, though the callback was in callbacks=[...]."""
+    tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)[1]
+    trainer = Trainer(model_init=lambda: extended("qwen2-tied", tokenizers_en, tokenizers_ru)[0],
+                      args=arguments(tmp_path), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    with pytest.raises(TrainingSetupError, match="froze another model than the one this Trainer trains: the Trainer "
+                                                 "has a model_init.* pass Trainer\\(model=...\\)"):
+        trainer.train()
+
+
 def test_refuses_one_callback_for_trainers_of_two_models(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """The second Trainer took the callback over: the first model stayed split, and the first Trainer's train()
     blamed trainer.add_callback."""

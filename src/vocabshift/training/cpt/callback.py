@@ -180,11 +180,17 @@ class EmbeddingOnlyCallback(TrainerCallback):
                        model: Model | None = None, optimizer: torch.optim.Optimizer | None = None,
                        **kwargs: Any) -> None:
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
-        if self._model is None or self._run is None or model is not self._model:
+        if self._model is None or self._run is None:
             raise TrainingSetupError(
                 "EmbeddingOnlyCallback did not see this model when the Trainer was built (it was added with "
-                "trainer.add_callback, or to another Trainer), so the optimizer was built before it could freeze the "
-                "body. Pass it in Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
+                "trainer.add_callback), so the optimizer was built before it could freeze the body. Pass it in "
+                "Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
+            )
+        if model is not self._model:
+            raise TrainingSetupError(
+                "EmbeddingOnlyCallback froze another model than the one this Trainer trains: the Trainer has a "
+                "model_init, which builds a new model in train() after the callback froze the first (not supported: "
+                "pass Trainer(model=...)), or the callback was given to a later Trainer (give each its own)."
             )
         run = self._run
         if run.ids is not None and not run.rows.is_split:
