@@ -330,6 +330,9 @@ API = {
     "every weight 0": (lambda w: DistillationWeights(hidden=0, chunk=0, next_piece=0, piece_tree=0, next_token=0),
                        E.InvalidArgumentError, "Every weight is 0"),
     "weights='default'": (_distill(weights="default"), E.InvalidArgumentTypeError, "weights is a str"),
+    "DistillationTrainer model=None, model_init": (_distill(model=None, model_init=At(lambda w: lambda: w.extended)),
+                                                   E.InvalidArgumentTypeError, "model is a NoneType: pass the model "
+                                                   "after extend_vocabulary, loaded"),
     "max_length=0": (_distill(max_length=0), E.InvalidArgumentError, "max_length=0"),
     "max_length=1": (_distill(max_length=1), E.InvalidArgumentError, "max_length=1"),
     "max_length beyond the model's positions": (_distill(max_length=10**7), E.InvalidArgumentError,

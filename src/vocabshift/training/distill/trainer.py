@@ -55,7 +55,13 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
 
 
-def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
+def _check_types(model: Any, weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentTypeError(
+            f"model is a {type(model).__name__}: pass the model after extend_vocabulary, loaded (e.g. "
+            "AutoModelForCausalLM.from_pretrained(folder)); DistillationTrainer takes no model_init (its teacher and "
+            "collator are built from the model)."
+        )
     check_text_datasets(train_dataset, kwargs.get("eval_dataset"))
     collator = kwargs.get("data_collator")
     if collator is not None and not isinstance(collator, DistillationCollator):
@@ -164,7 +170,7 @@ class DistillationTrainer(Trainer):
             (`check_teacher`); `label_smoothing_factor` or
             `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
             `train_dataset` that is one string or a `DatasetDict`, a `data_collator` that is not a
-            `DistillationCollator`.
+            `DistillationCollator`, a `model` that is not a loaded model (None, with a `model_init`).
 
     Example:
         ```python
@@ -181,7 +187,7 @@ class DistillationTrainer(Trainer):
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
-        _check_types(weights, teacher_model, train_dataset, kwargs)
+        _check_types(model, weights, teacher_model, train_dataset, kwargs)
         _check_own_loss(args, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
