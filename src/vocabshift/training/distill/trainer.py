@@ -55,6 +55,12 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
 
 
+def _instantiated(callbacks: Any) -> Any:
+    """Callback classes instantiated, as the Trainer does with them, so that this trainer reads the
+    `EmbeddingOnlyCallback` the Trainer will run (`callbacks=[EmbeddingOnlyCallback]` is its defaults)."""
+    return [c() if isinstance(c, type) else c for c in callbacks] if isinstance(callbacks, (list, tuple)) else callbacks
+
+
 def _check_types(model: Any, weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentTypeError(
@@ -187,6 +193,8 @@ class DistillationTrainer(Trainer):
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
+        if "callbacks" in kwargs:
+            kwargs["callbacks"] = _instantiated(kwargs["callbacks"])
         _check_types(model, weights, teacher_model, train_dataset, kwargs)
         _check_own_loss(args, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
