@@ -330,6 +330,15 @@ API = {
     "every weight 0": (lambda w: DistillationWeights(hidden=0, chunk=0, next_piece=0, piece_tree=0, next_token=0),
                        E.InvalidArgumentError, "Every weight is 0"),
     "weights='default'": (_distill(weights="default"), E.InvalidArgumentTypeError, "weights is a str"),
+    "data_collator past the teacher's positions": (
+        _distill(data_collator=At(lambda w: DistillationCollator(w.extended_tokenizer, w.source, max_length=5000))),
+        E.InvalidArgumentError, "data_collator reads up to 40000 teacher tokens per sequence (max_teacher_length "
+        "unset: 8 x max_length), past the 32768 positions of the teacher (Qwen2ForCausalLM): pass "
+        "DistillationCollator(..., max_teacher_length=32768)"),
+    "data_collator past the model's positions": (
+        _distill(data_collator=At(lambda w: DistillationCollator(w.extended_tokenizer, w.source, max_length=40000,
+                                                                 max_teacher_length=100))),
+        E.InvalidArgumentError, "data_collator.max_length=40000 is longer than the 32768 positions of model"),
     "DistillationTrainer model=None, model_init": (_distill(model=None, model_init=At(lambda w: lambda: w.extended)),
                                                    E.InvalidArgumentTypeError, "model is a NoneType: pass the model "
                                                    "after extend_vocabulary, loaded"),

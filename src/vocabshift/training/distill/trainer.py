@@ -27,7 +27,7 @@ from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt._resume import damaged_checkpoint_json, read_checkpoint_json
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
-from .collator import DistillationCollator, check_text_datasets, default_collator
+from .collator import DistillationCollator, check_collator, check_text_datasets, default_collator
 from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
@@ -171,9 +171,9 @@ class DistillationTrainer(Trainer):
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
-        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off), a `max_length` past the model's
-            positions, a dataset without a `"text"` column, a `teacher_model` that is not the original model
-            (`check_teacher`); `label_smoothing_factor` or
+        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off), a `max_length` (or a given
+            `data_collator`'s lengths) past the model's or the teacher's positions, a dataset without a `"text"`
+            column, a `teacher_model` that is not the original model (`check_teacher`); `label_smoothing_factor` or
             `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
             `train_dataset` that is one string or a `DatasetDict`, a `data_collator` that is not a
             `DistillationCollator`, a `model` that is not a loaded model (None, with a `model_init`).
@@ -207,8 +207,10 @@ class DistillationTrainer(Trainer):
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
         self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
                                teacher_model=teacher_model, dtype=teacher_dtype)
-        collator = kwargs.pop("data_collator", None) or default_collator(model, teacher_model, processing_class,
-                                                                        teacher_tokenizer, max_length)
+        collator = kwargs.pop("data_collator", None)
+        if collator is not None:
+            check_collator(collator, model, teacher_model)
+        collator = collator or default_collator(model, teacher_model, processing_class, teacher_tokenizer, max_length)
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
