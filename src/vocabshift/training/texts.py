@@ -107,7 +107,7 @@ def _warn_of_long_texts(lengths: list[int], max_length: int) -> None:
         logger.warning(f"{long} of the {len(lengths)} texts are longer than max_length={max_length} tokens: the "
                        f"collator reads the first {max_length} of each and drops the rest, {dropped} tokens "
                        f"({dropped / sum(lengths):.0%} of the text). Split long documents into lines or paragraphs "
-                       "first, or raise max_length (vocabshift train: --context-length).")
+                       "first, or raise max_length (CLI: --context-length).")
 
 
 def _blocks(encoded: Sequence[Sequence[int]], eos: int | None, length: int) -> torch.Tensor:
