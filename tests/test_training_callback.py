@@ -131,6 +131,20 @@ def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers
         trainer.train()
 
 
+def test_head_learning_rate_over_the_optimizers_own_rate(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """optimizer_cls_and_kwargs sets the rate the optimizer runs at, not args.learning_rate: the head's update was
+    scaled by head_learning_rate / args.learning_rate (200 times too far here), and the record named that rate."""
+    results = []
+    for args_rate in (1e-2, 5e-5):
+        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+        Trainer(model=model, args=arguments(tmp_path, max_steps=1, learning_rate=args_rate),
+                train_dataset=blocks(tokenizer, ru_lines), optimizer_cls_and_kwargs=(torch.optim.AdamW, {"lr": 1e-2}),
+                callbacks=[vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)]).train()
+        results.append([p.detach().clone() for p in embedding_parameters(model)])
+        assert vocabshift.get_record(model).cpt[-1]["learning_rate"] == 1e-2
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
 class Snapshots(TrainerCallback):
     def __init__(self):
         self.steps = {}

@@ -35,6 +35,7 @@ class Run:
         began: `on_train_begin` has run (row norms are logged from then on).
         warned_zero_loss: the warning that the loss is exactly 0 was given.
         checked_lookups: whether the first steps' batches held a trainable row's id was checked.
+        learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
     """
 
     ids: torch.Tensor | None
@@ -48,6 +49,7 @@ class Run:
     began: bool = False
     warned_zero_loss: bool = False
     checked_lookups: bool = False
+    learning_rate: float | None = None
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:

@@ -21,7 +21,7 @@ from ...errors import InvalidArgumentError, TrainingDivergedError, TrainingSetup
 from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
 from ._finite import check_finite
-from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
+from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer, peak_rate
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
 from ._run import (
     Run,
@@ -65,8 +65,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
     Args:
         rows (`str` or `list[int]`, defaults to `"new"`): `"new"` (the record's new ids), `"all"` (every row), or
             explicit row ids (a list, a range, a 1-D integer tensor or array).
-        head_learning_rate (`float`, *optional*): peak learning rate of an untied output head (the Trainer's
-            `learning_rate` drives the input embeddings); it follows the same schedule. Implemented by scaling the
+        head_learning_rate (`float`, *optional*): peak learning rate of an untied output head (the optimizer's own
+            rate, the Trainer's `learning_rate` or the `lr` of `optimizer_cls_and_kwargs`, drives the input
+            embeddings); it follows the same schedule. Implemented by scaling the
             head's update after each step, which is exact for SGD, Adam and AdamW (their update is proportional to
             the learning rate).
         second_stage (`SecondStage`, *optional*): after `second_stage.after_step` steps, the body (or LoRA
@@ -208,12 +209,22 @@ class EmbeddingOnlyCallback(TrainerCallback):
             logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
                            f"{state.max_steps}: the body never trains in this run; lower after_step or train longer.")
         self._maybe_open_gate(state)
-        run.head = None
-        if self.head_learning_rate is not None:
-            check_linear_in_lr(optimizer)
-            run.head = HeadRate(run.rows.parameters[1], self.head_learning_rate / args.learning_rate)
+        run.learning_rate = peak_rate(optimizer, run.rows.parameters[0], args.learning_rate)
+        head = self.head_learning_rate
+        run.head = None if head is None else self._head_rate(optimizer, args, head)
         run.new_ids = new_ids_of(model, embedding_parameters(model)[0].device)
         run.began = True
+
+    def _head_rate(self, optimizer: Any, args: TrainingArguments, head_learning_rate: float) -> HeadRate:
+        """The head's update scaled by head_learning_rate over the rate the optimizer gives it (`peak_rate`)."""
+        check_linear_in_lr(optimizer)
+        head = self._started().rows.parameters[1]
+        rate = peak_rate(optimizer, head, args.learning_rate)
+        if rate <= 0:
+            raise TrainingSetupError(f"head_learning_rate scales the head's update by head_learning_rate / the "
+                                     f"optimizer's learning rate, which is {rate:g}: give the optimizer a positive "
+                                     "learning rate, or drop head_learning_rate.")
+        return HeadRate(head, head_learning_rate / rate)
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                               **kwargs: Any) -> None:
@@ -320,7 +331,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
             "tokens_seen": state.num_input_tokens_seen,
             "final_loss": run.logs.get("loss"),
             "train_loss": run.logs.get("train_loss"),
-            "learning_rate": args.learning_rate,
+            "learning_rate": run.learning_rate if run.learning_rate is not None else args.learning_rate,
             "head_learning_rate": self.head_learning_rate,
             "weight_decay": args.weight_decay,
             "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
