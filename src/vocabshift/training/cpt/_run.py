@@ -12,10 +12,11 @@ from transformers import TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ._optimizer import HeadRate
-from .rows import TrainableRows
+from .freeze import row_norms
+from .rows import TrainableRows, embedding_parameters
 from .stage import BodyGate
 
-__all__ = ["Run", "best_loaded", "checkpoint_folder", "next_token", "trained_nothing",
+__all__ = ["Run", "best_loaded", "record_entry", "checkpoint_folder", "next_token", "trained_nothing",
            "warn_of_a_zero_loss", "warn_of_unseen_rows"]
 
 logger = logging.getLogger(__name__)
@@ -104,3 +105,29 @@ def warn_of_unseen_rows(run: Run, rows: Any, state: TrainerState) -> None:
             "tokenized with the original tokenizer, or is not in the new tokenizer's language. Tokenize it with the "
             "tokenizer extend_vocabulary returned."
         )
+
+
+def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerState, *, rows: Any,
+                 head_learning_rate: float | None, second_stage: Any, objective: dict[str, Any],
+                 command: list[str] | None) -> dict[str, Any]:
+    """The run as the record's CPT entry keeps it (`EmbeddingOnlyCallback`'s arguments, the Trainer's state)."""
+    matrix_rows = embedding_parameters(model)[0].shape[0]
+    return {
+        "rows": rows if isinstance(rows, str) else "custom",
+        "trainable_rows": matrix_rows if run.ids is None else len(run.ids),
+        "steps": state.global_step,
+        "tokens_seen": state.num_input_tokens_seen,
+        "final_loss": run.logs.get("loss"),
+        "train_loss": run.logs.get("train_loss"),
+        "learning_rate": run.learning_rate if run.learning_rate is not None else args.learning_rate,
+        "head_learning_rate": head_learning_rate,
+        "weight_decay": args.weight_decay,
+        "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+        "total_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "world_size": args.world_size,
+        "second_stage": None if second_stage is None else second_stage.to_dict(),
+        "row_norms": row_norms(model, run.new_ids),
+        "objective": objective,
+        **best_loaded(args, state),
+        **({} if command is None else {"command": list(command)}),
+    }

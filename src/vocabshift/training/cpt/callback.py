@@ -21,13 +21,13 @@ from ...errors import InvalidArgumentError, TrainingDivergedError, TrainingSetup
 from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
 from ._finite import check_finite
-from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer, peak_rate
+from ._optimizer import PREBUILT, check_optimizer, head_rate, peak_rate
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
 from ._run import (
     Run,
-    best_loaded,
     checkpoint_folder,
     next_token,
+    record_entry,
     trained_nothing,
     warn_of_a_zero_loss,
     warn_of_unseen_rows,
@@ -211,20 +211,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
         self._maybe_open_gate(state)
         run.learning_rate = peak_rate(optimizer, run.rows.parameters[0], args.learning_rate)
         head = self.head_learning_rate
-        run.head = None if head is None else self._head_rate(optimizer, args, head)
+        run.head = None if head is None else head_rate(optimizer, run.rows.parameters[1], head, args.learning_rate)
         run.new_ids = new_ids_of(model, embedding_parameters(model)[0].device)
         run.began = True
-
-    def _head_rate(self, optimizer: Any, args: TrainingArguments, head_learning_rate: float) -> HeadRate:
-        """The head's update scaled by head_learning_rate over the rate the optimizer gives it (`peak_rate`)."""
-        check_linear_in_lr(optimizer)
-        head = self._started().rows.parameters[1]
-        rate = peak_rate(optimizer, head, args.learning_rate)
-        if rate <= 0:
-            raise TrainingSetupError(f"head_learning_rate scales the head's update by head_learning_rate / the "
-                                     f"optimizer's learning rate, which is {rate:g}: give the optimizer a positive "
-                                     "learning rate, or drop head_learning_rate.")
-        return HeadRate(head, head_learning_rate / rate)
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                               **kwargs: Any) -> None:
@@ -322,24 +311,6 @@ class EmbeddingOnlyCallback(TrainerCallback):
             gate.open()
 
     def _entry(self, args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
-        run = self._started()
-        rows = embedding_parameters(self._model)[0].shape[0]
-        return {
-            "rows": self.rows if isinstance(self.rows, str) else "custom",
-            "trainable_rows": rows if run.ids is None else len(run.ids),
-            "steps": state.global_step,
-            "tokens_seen": state.num_input_tokens_seen,
-            "final_loss": run.logs.get("loss"),
-            "train_loss": run.logs.get("train_loss"),
-            "learning_rate": run.learning_rate if run.learning_rate is not None else args.learning_rate,
-            "head_learning_rate": self.head_learning_rate,
-            "weight_decay": args.weight_decay,
-            "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
-            "total_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
-            "world_size": args.world_size,
-            "second_stage": None if self.second_stage is None else self.second_stage.to_dict(),
-            "row_norms": row_norms(self._model, run.new_ids),
-            "objective": self._objective(),
-            **best_loaded(args, state),
-            **({} if self.command is None else {"command": list(self.command)}),
-        }
+        return record_entry(self._started(), self._model, args, state, rows=self.rows,
+                            head_learning_rate=self.head_learning_rate, second_stage=self.second_stage,
+                            objective=self._objective(), command=self.command)
