@@ -59,6 +59,8 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
+    grown = _resized(extended, extended.get_input_embeddings().weight.shape[0] + 64)  # padded after extend
+    vocabshift.save_pretrained_atomic(grown, extended_tokenizer, root / "grown")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
                     "bad-evaluation", "relative-source", "float-vocab-size", "no-weights", "bad-history",
                     "utf16-readme"):
@@ -824,6 +826,11 @@ CLI = {
     "train steps=0": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--max-steps", "0"],
                       "--max-steps: '0' is not an integer"),
     "train a plain model": (["train", "{root}/junk", "{root}/file.txt", "{root}/out"], "has no config.json"),
+    "train a model resized after extend": (["train", "{root}/grown", "{root}/file.txt", "{root}/out", "--objective",
+                                            "next_token", "--context-length", "2"],
+                                           "resized after extend_vocabulary. Pass the row ids to train explicitly "
+                                           "(rows=[...]); vocabshift train, which takes no ids, trains the new rows "
+                                           "of a model with the record's size"),
     "train next_token with teacher flags": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--objective",
                                              "next_token", "--teacher-dtype", "float16", "--source-weight", "0"],
                                             "--teacher-dtype, --source-weight apply to distillation only"),

@@ -128,7 +128,9 @@ def _record_new_ids(model: Model, num_rows: int, device: torch.device) -> torch.
     if record.new_num_rows != num_rows or (len(ids) and ids[-1] >= num_rows):
         raise RecordError(
             f"The vocabshift record describes {record.new_num_rows} embedding rows but the model has {num_rows}: "
-            "it was resized after extend_vocabulary. Pass the row ids to train explicitly (rows=[...])."
+            "it was resized after extend_vocabulary. Pass the row ids to train explicitly (rows=[...]); vocabshift "
+            "train, which takes no ids, trains the new rows of a model with the record's size (resize_token_embeddings("
+            f"{record.new_num_rows}) where the rows after them hold no token), or every row with --rows all."
         )
     return ids
 
