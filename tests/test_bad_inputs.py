@@ -59,6 +59,8 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
+    make_model("qwen2-tied", source).save_pretrained(root / "plain")  # never extended
+    source.save_pretrained(root / "plain")
     grown = _resized(extended, extended.get_input_embeddings().weight.shape[0] + 64)  # padded after extend
     vocabshift.save_pretrained_atomic(grown, extended_tokenizer, root / "grown")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
@@ -826,6 +828,10 @@ CLI = {
     "train steps=0": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--max-steps", "0"],
                       "--max-steps: '0' is not an integer"),
     "train a plain model": (["train", "{root}/junk", "{root}/file.txt", "{root}/out"], "has no config.json"),
+    "train a model without record": (["train", "{root}/plain", "{root}/file.txt", "{root}/out"],
+                                     "plain' carries no vocabshift record (its config.json has no 'vocabshift' key): "
+                                     "train the folder vocabshift extend wrote, or pass --rows all --objective "
+                                     "next_token"),
     "train a model resized after extend": (["train", "{root}/grown", "{root}/file.txt", "{root}/out", "--objective",
                                             "next_token", "--context-length", "2"],
                                            "resized after extend_vocabulary. Pass the row ids to train explicitly "
