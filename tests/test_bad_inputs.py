@@ -59,6 +59,10 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     extended = make_model("qwen2-tied", source)
     extended_tokenizer = extended.extend_vocabulary(new, source_tokenizer=source)
     vocabshift.save_pretrained_atomic(extended, extended_tokenizer, root / "extended")
+    make_model("qwen2-tied", source).save_pretrained(root / "plain")  # never extended
+    source.save_pretrained(root / "plain")
+    grown = _resized(extended, extended.get_input_embeddings().weight.shape[0] + 64)  # padded after extend
+    vocabshift.save_pretrained_atomic(grown, extended_tokenizer, root / "grown")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
                     "bad-evaluation", "relative-source", "float-vocab-size", "no-weights", "bad-history",
                     "utf16-readme"):
@@ -332,6 +336,18 @@ API = {
     "every weight 0": (lambda w: DistillationWeights(hidden=0, chunk=0, next_piece=0, piece_tree=0, next_token=0),
                        E.InvalidArgumentError, "Every weight is 0"),
     "weights='default'": (_distill(weights="default"), E.InvalidArgumentTypeError, "weights is a str"),
+    "data_collator past the teacher's positions": (
+        _distill(data_collator=At(lambda w: DistillationCollator(w.extended_tokenizer, w.source, max_length=5000))),
+        E.InvalidArgumentError, "data_collator reads up to 40000 teacher tokens per sequence (max_teacher_length "
+        "unset: 8 x max_length), past the 32768 positions of the teacher (Qwen2ForCausalLM): pass "
+        "DistillationCollator(..., max_teacher_length=32768)"),
+    "data_collator past the model's positions": (
+        _distill(data_collator=At(lambda w: DistillationCollator(w.extended_tokenizer, w.source, max_length=40000,
+                                                                 max_teacher_length=100))),
+        E.InvalidArgumentError, "data_collator.max_length=40000 is longer than the 32768 positions of model"),
+    "DistillationTrainer model=None, model_init": (_distill(model=None, model_init=At(lambda w: lambda: w.extended)),
+                                                   E.InvalidArgumentTypeError, "model is a NoneType: pass the model "
+                                                   "after extend_vocabulary, loaded"),
     "max_length=0": (_distill(max_length=0), E.InvalidArgumentError, "max_length=0"),
     "max_length=1": (_distill(max_length=1), E.InvalidArgumentError, "max_length=1"),
     "max_length beyond the model's positions": (_distill(max_length=10**7), E.InvalidArgumentError,
@@ -837,6 +853,15 @@ CLI = {
     "train steps=0": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--max-steps", "0"],
                       "--max-steps: '0' is not an integer"),
     "train a plain model": (["train", "{root}/junk", "{root}/file.txt", "{root}/out"], "has no config.json"),
+    "train a model without record": (["train", "{root}/plain", "{root}/file.txt", "{root}/out"],
+                                     "plain' carries no vocabshift record (its config.json has no 'vocabshift' key): "
+                                     "train the folder vocabshift extend wrote, or pass --rows all --objective "
+                                     "next_token"),
+    "train a model resized after extend": (["train", "{root}/grown", "{root}/file.txt", "{root}/out", "--objective",
+                                            "next_token", "--context-length", "2"],
+                                           "resized after extend_vocabulary. Pass the row ids to train explicitly "
+                                           "(rows=[...]); vocabshift train, which takes no ids, trains the new rows "
+                                           "of a model with the record's size"),
     "train next_token with teacher flags": (["train", "{extended}", "{root}/file.txt", "{root}/out", "--objective",
                                              "next_token", "--teacher-dtype", "float16", "--source-weight", "0"],
                                             "--teacher-dtype, --source-weight apply to distillation only"),

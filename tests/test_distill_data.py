@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -122,6 +125,19 @@ def test_pack_texts_fills_sequences_in_order(tokenizers_en, en_lines):
     assert "\n".join(packed) == "\n".join(en_lines[:200])
     lengths = [len(ids) for ids in tokenizer(packed, add_special_tokens=False)["input_ids"]]
     assert len(packed) < 200 and max(lengths) < 128 + max(len(tokenizer(line)["input_ids"]) for line in en_lines[:200])
+
+
+def test_pack_texts_warns_of_texts_the_collator_cuts(tokenizers_en, en_lines, caplog):
+    """A whole document on one line: the collator reads its first max_length tokens only, so pack_texts says how
+    much of the text that drops; lines that fit (or drop under a tenth of the tokens) pass silently."""
+    tokenizer = tokenizers_en["bytelevel"]
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        pack_texts(en_lines[:50], tokenizer, max_length=128)
+        assert not caplog.records
+        pack_texts([" ".join(en_lines[:50]), *en_lines[50:60]], tokenizer, max_length=128)
+    assert len(caplog.records) == 1
+    assert re.search(r"1 of the 11 texts are longer than max_length=128 tokens: .* drops the rest, [0-9]+ tokens "
+                     r"\([0-9]+% of the text\)\. Split long documents .* --context-length", caplog.text)
 
 
 def test_pack_texts_cuts_token_blocks_for_plain_training(tokenizers_en, en_lines):

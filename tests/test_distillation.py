@@ -107,6 +107,18 @@ def test_trainer_without_the_callback_or_teacher_is_refused(tokenizers_en, token
                             processing_class=tokenizer, teacher_tokenizer=source)
 
 
+def test_the_callback_given_as_its_class(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """callbacks=[EmbeddingOnlyCallback], the class, is the callback with its defaults (the Trainer instantiates
+    it); DistillationTrainer said it needs an EmbeddingOnlyCallback in callbacks."""
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
+                                  processing_class=tokenizer, teacher_tokenizer=source,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback])
+    trainer.train()
+    entry = vocabshift.get_record(model).cpt[-1]
+    assert entry["rows"] == "new" and entry["objective"]["name"] == "distillation"
+
+
 @pytest.mark.parametrize(("student", "teacher", "error", "match"), [
     ("source", "source", "TokenizerMismatchError", "processing_class is not .* but the original tokenizer"),
     ("tokenizer", "tokenizer", "TokenizerMismatchError", "teacher_tokenizer is not .* but the extended tokenizer"),

@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 from accelerate.state import AcceleratorState
-from peft import LoraConfig
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model
-from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError
-from vocabshift.training import SecondStage
+from vocabshift.errors import InvalidArgumentError, RecordError, TrainingSetupError, UnsupportedModelError
+from vocabshift.training import SecondStage, freeze_for_embedding_training
 from vocabshift.training.cpt import embedding_parameters
 
 
@@ -131,6 +131,20 @@ def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers
         trainer.train()
 
 
+def test_head_learning_rate_over_the_optimizers_own_rate(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """optimizer_cls_and_kwargs sets the rate the optimizer runs at, not args.learning_rate: the head's update was
+    scaled by head_learning_rate / args.learning_rate (200 times too far here), and the record named that rate."""
+    results = []
+    for args_rate in (1e-2, 5e-5):
+        model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+        Trainer(model=model, args=arguments(tmp_path, max_steps=1, learning_rate=args_rate),
+                train_dataset=blocks(tokenizer, ru_lines), optimizer_cls_and_kwargs=(torch.optim.AdamW, {"lr": 1e-2}),
+                callbacks=[vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)]).train()
+        results.append([p.detach().clone() for p in embedding_parameters(model)])
+        assert vocabshift.get_record(model).cpt[-1]["learning_rate"] == 1e-2
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
 class Snapshots(TrainerCallback):
     def __init__(self):
         self.steps = {}
@@ -208,6 +222,103 @@ def test_refuses_a_callback_added_after_the_trainer_was_built(tokenizers_en, tok
     with pytest.raises(TrainingSetupError, match="did not see this model.*callbacks="):
         trainer.train()
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_refuses_a_model_init(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """model_init builds a new model in train(), after the callback froze the first one: it was blamed on
+    trainer.add_callback, though the callback was in callbacks=[...]."""
+    tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)[1]
+    trainer = Trainer(model_init=lambda: extended("qwen2-tied", tokenizers_en, tokenizers_ru)[0],
+                      args=arguments(tmp_path), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    with pytest.raises(TrainingSetupError, match="froze another model than the one this Trainer trains: the Trainer "
+                                                 "has a model_init.* pass Trainer\\(model=...\\)"):
+        trainer.train()
+
+
+def test_refuses_one_callback_for_trainers_of_two_models(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """The second Trainer took the callback over: the first model stayed split, and the first Trainer's train()
+    blamed trainer.add_callback."""
+    first, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    second, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    callback, before = vocabshift.EmbeddingOnlyCallback(), snapshot(second)
+    trainer = Trainer(model=first, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[callback])
+    with pytest.raises(TrainingSetupError, match="already serves a Trainer of another Qwen2ForCausalLM.* its own "
+                                                 "EmbeddingOnlyCallback"):
+        Trainer(model=second, args=arguments(tmp_path), callbacks=[callback])
+    after = snapshot(second)
+    assert after.keys() == before.keys() and all(torch.equal(p, before[n]) for n, p in after.items())
+    assert all(p.requires_grad for p in second.parameters())
+    trainer.train()  # the first Trainer still trains
+    assert vocabshift.get_record(first).cpt[-1]["steps"] == 1
+
+
+def test_refuses_a_peft_model(tokenizers_en, tokenizers_ru, tmp_path):
+    """Around a PeftModel the callback froze the adapters, and the Trainer's checkpoints and save_model wrote the
+    (untrained) adapters alone, without the trained rows: refused before anything is frozen or split."""
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    trainable = [name for name, p in wrapped.named_parameters() if p.requires_grad]
+    match = "peft PeftModel: embedding-only training would freeze its adapters.*\\(second_stage=SecondStage"
+    with pytest.raises(UnsupportedModelError, match=match):
+        Trainer(model=wrapped, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    with pytest.raises(UnsupportedModelError, match=match):
+        freeze_for_embedding_training(wrapped)
+    assert [name for name, p in wrapped.named_parameters() if p.requires_grad] == trainable
+    assert "trainable_rows" not in str(dict(wrapped.named_parameters()).keys())
+
+
+def test_a_run_of_no_step_adds_no_record_entry(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog):
+    """max_steps=0 trained nothing, and the record got an entry with train_loss 0.0 as if a run had taken place."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    before = snapshot(model)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=0, num_train_epochs=0),
+                train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert "Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained" in caplog.text
+    assert vocabshift.get_record(model).cpt == []
+    after = snapshot(model)
+    assert after.keys() == before.keys() and all(torch.equal(p, before[n]) for n, p in after.items())
+
+
+def test_warns_of_batches_without_labels(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog):
+    """Every label -100: the loss is exactly 0 and nothing trains, which the Trainer logs without a word."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    masked = [{**b, "labels": torch.full_like(b["labels"], -100)} for b in blocks(tokenizer, ru_lines)]
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=2), train_dataset=masked,
+                callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert caplog.text.count("The training loss is exactly 0 at step 1: no token of these batches has a label") == 1
+
+
+@pytest.mark.parametrize("tokenized_with", ["original", "extended"])
+def test_warns_of_batches_without_new_tokens(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog, tokenized_with):
+    """Text tokenized with the original tokenizer holds no new id: the new rows would train only to be less likely
+    (through the tied head), without a word. Said once, after the first steps."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    data = blocks(tokenizers_en["bytelevel"] if tokenized_with == "original" else tokenizer, ru_lines)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=3), train_dataset=data,
+                callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    warned = caplog.text.count("The batches of the first 3 steps hold none of the new tokens (ids ")
+    assert warned == (tokenized_with == "original")
+
+
+def test_the_record_names_the_best_checkpoint_loaded(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """load_best_model_at_end puts an earlier checkpoint's weights back: the entry says which, beside the last
+    step's figures (before, it read as if the model were the last step's)."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    data = blocks(tokenizer, ru_lines)
+    args = arguments(tmp_path, max_steps=3, eval_strategy="steps", eval_steps=1, save_strategy="steps",
+                     save_steps=1, load_best_model_at_end=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4],
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    best = trainer.state.best_global_step
+    assert best in (1, 2, 3)
+    assert vocabshift.get_record(model).cpt[-1]["loaded_best"] == {"step": best, "metric": "loss",
+                                                                   "value": trainer.state.best_metric}
 
 
 def test_optimizer_chosen_through_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

@@ -86,3 +86,35 @@ def test_fsdp2_trains_the_new_rows_as_one_process_does(tokenizers_en, tokenizers
         new = folded["model.embed_tokens.weight"][~old].norm(dim=1).mean().item()
         assert abs(report["norms_split"]["embed_new_row_norm"] - new) < 1e-5
         assert vocabshift.get_record(model).new_ids  # the record came through save_pretrained
+
+
+SHARDED_FIRST = """
+import sys
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from transformers import AutoModelForCausalLM
+from vocabshift.errors import TrainingSetupError
+from vocabshift.training import freeze_for_embedding_training
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+fully_shard(model)
+try:
+    freeze_for_embedding_training(model, rows="new")
+except TrainingSetupError as error:
+    print("refused:", error)
+print("every row:", [type(p).__name__ for p in freeze_for_embedding_training(model, rows="all").parameters])
+"""
+
+
+def test_refuses_to_split_rows_of_a_model_sharded_first(tokenizers_en, tokenizers_ru, tmp_path):
+    """fully_shard before the split ended in DTensor's RuntimeError (mixed torch.Tensor and DTensor) with the body
+    already frozen; the order is named now. rows='all' needs no split and works on the sharded model."""
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    model.save_pretrained(tmp_path / "model")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", SHARDED_FIRST, str(tmp_path / "model")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused: The input embeddings are already sharded (a DTensor: fully_shard ran on the model first)" \
+        in done.stdout and "call freeze_for_embedding_training(model, rows=...) before fully_shard" in done.stdout
+    assert "every row: ['DTensor']" in done.stdout

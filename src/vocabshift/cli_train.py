@@ -85,6 +85,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     tokenizer = model_tokenizer(args.model)
     model = load_model(args.model)
     record = find_record(model)  # the original model's folder, which the teacher reads, is an input too
+    if record is None and (args.rows == "new" or args.objective != "next_token"):
+        raise RecordError(f"model={args.model!r} carries no vocabshift record (its config.json has no 'vocabshift' "
+                          "key): train the folder vocabshift extend wrote, or pass --rows all --objective next_token "
+                          "to train every row of a model without one.")
     check_apart(args.output_dir, name="output_dir", source_model=None if record is None else record.source_model)
     check_positions(model, args.context_length, name="--context-length", argument=repr(args.model))
     with scratch_folder() as work:

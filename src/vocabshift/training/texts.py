@@ -8,6 +8,7 @@ stream of the lines' tokens. Files are read by `corpus.read_texts`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Literal, overload
 
@@ -19,7 +20,9 @@ from ..corpus import text_lines
 from ..errors import InvalidArgumentError
 from ..vocab.load import load_tokenizer
 
-__all__ = ["pack_texts"]
+__all__ = ["join_texts", "pack_texts"]
+
+logger = logging.getLogger(__name__)
 
 
 @overload
@@ -41,7 +44,8 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
         tokenizer: the tokenizer the model reads them with (the one `extend_vocabulary` returned).
         max_length (`int`): tokens per sequence (with `blocks=False`, the collator's first token included).
         blocks (`bool`, defaults to `False`): `False` gives texts for `DistillationCollator`: consecutive texts
-            joined by newlines while they fit (a text longer than `max_length` stays alone; the collator cuts it).
+            joined by newlines while they fit (a text longer than `max_length` stays alone; the collator cuts it,
+            and a warning says so where that drops a tenth of the tokens or more).
             `True` gives token ids for a plain `Trainer`: the texts' tokens joined by the eos token and cut into
             whole blocks of exactly `max_length` (the rest dropped).
 
@@ -67,7 +71,17 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
     check_count(max_length, name="max_length", minimum=2)
     check_flag(blocks, name="blocks")
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return _blocks(encoded, tokenizer.eos_token_id, max_length) if blocks else _joined(texts, encoded, max_length)
+    if blocks:
+        return _blocks(encoded, tokenizer.eos_token_id, max_length)
+    _warn_of_long_texts([len(ids) + 1 for ids in encoded], max_length)
+    return _joined(texts, encoded, max_length)
+
+
+def join_texts(texts: list[str], tokenizer: Tokenizer, max_length: int) -> list[str]:
+    """`pack_texts(blocks=False)` of checked lines and a loaded tokenizer, without its warning about long texts: for
+    text vocabshift reads as a sample (the source replay), where reading the start of a long line is what it wants.
+    """
+    return _joined(texts, tokenizer(texts, add_special_tokens=False)["input_ids"], max_length)
 
 
 def _joined(texts: list[str], encoded: Sequence[Sequence[int]], max_length: int) -> list[str]:
@@ -82,6 +96,18 @@ def _joined(texts: list[str], encoded: Sequence[Sequence[int]], max_length: int)
     if current:
         packed.append("\n".join(current))
     return packed
+
+
+def _warn_of_long_texts(lengths: list[int], max_length: int) -> None:
+    """The collator reads the first `max_length` tokens of a longer text and drops the rest: say so where that is
+    a tenth of the tokens or more (a corpus of whole documents, one per line)."""
+    dropped = sum(max(0, length - max_length) for length in lengths)
+    if dropped and dropped >= 0.1 * sum(lengths):
+        long = sum(length > max_length for length in lengths)
+        logger.warning(f"{long} of the {len(lengths)} texts are longer than max_length={max_length} tokens: the "
+                       f"collator reads the first {max_length} of each and drops the rest, {dropped} tokens "
+                       f"({dropped / sum(lengths):.0%} of the text). Split long documents into lines or paragraphs "
+                       "first, or raise max_length (CLI: --context-length).")
 
 
 def _blocks(encoded: Sequence[Sequence[int]], eos: int | None, length: int) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 from ..._typing import Model
 from ...errors import TrainingSetupError
 
-__all__ = ["PREBUILT", "HeadRate", "check_linear_in_lr", "check_optimizer"]
+__all__ = ["PREBUILT", "HeadRate", "check_linear_in_lr", "check_optimizer", "head_rate", "peak_rate"]
 
 
 class HeadRate:
@@ -36,6 +36,30 @@ def check_linear_in_lr(optimizer: Any) -> None:
             f"head_learning_rate works with SGD, Adam and AdamW (updates proportional to the learning rate), not "
             f"{type(inner).__name__}: use optim='adamw_torch' (or 'sgd'), or drop head_learning_rate."
         )
+
+
+def peak_rate(optimizer: Any, parameter: torch.nn.Parameter, default: float) -> float:
+    """The peak learning rate the schedule scales for `parameter`: its group's `initial_lr` (the scheduler sets it),
+    else `lr`. That is `args.learning_rate` (`default`, also without an optimizer) unless the Trainer was given
+    `optimizer_cls_and_kwargs`, whose `lr` (or the optimizer's own default) it takes instead."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+    groups = [] if inner is None else [g for g in inner.param_groups if any(p is parameter for p in g["params"])]
+    return float(groups[0].get("initial_lr", groups[0]["lr"])) if groups else default
+
+
+def head_rate(optimizer: Any, head: torch.nn.Parameter, head_learning_rate: float, default: float) -> HeadRate:
+    """The head's update scaled by `head_learning_rate` over the rate the optimizer gives it (`peak_rate`).
+
+    Raises:
+        `TrainingSetupError`: an optimizer whose update is not proportional to its rate, or whose rate is 0.
+    """
+    check_linear_in_lr(optimizer)
+    rate = peak_rate(optimizer, head, default)
+    if rate <= 0:
+        raise TrainingSetupError(f"head_learning_rate scales the head's update by head_learning_rate / the optimizer's "
+                                 f"learning rate, which is {rate:g}: give the optimizer a positive learning rate, or "
+                                 "drop head_learning_rate.")
+    return HeadRate(head, head_learning_rate / rate)
 
 
 PREBUILT = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,15 @@ from transformers import TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ._optimizer import HeadRate
-from .rows import TrainableRows
+from .freeze import row_norms
+from .rows import TrainableRows, embedding_parameters
 from .stage import BodyGate
 
-__all__ = ["Run", "checkpoint_folder", "next_token"]
+__all__ = ["Run", "best_loaded", "record_entry", "checkpoint_folder", "next_token", "trained_nothing",
+           "warn_of_a_zero_loss", "warn_of_unseen_rows"]
+
+logger = logging.getLogger(__name__)
+LOOKUP_STEPS = 10  # the steps whose batches must hold a new token somewhere
 
 
 @dataclass
@@ -28,6 +34,9 @@ class Run:
         new_ids: the record's new ids (for the row-norm logs), None without a record.
         logs: the last `loss` / `train_loss` logged, for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
+        warned_zero_loss: the warning that the loss is exactly 0 was given.
+        checked_lookups: whether the first steps' batches held a trainable row's id was checked.
+        learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
     """
 
     ids: torch.Tensor | None
@@ -39,6 +48,9 @@ class Run:
     new_ids: torch.Tensor | None = None
     logs: dict[str, float] = field(default_factory=dict)
     began: bool = False
+    warned_zero_loss: bool = False
+    checked_lookups: bool = False
+    learning_rate: float | None = None
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
@@ -50,3 +62,72 @@ def next_token() -> dict[str, Any]:
     """The objective of a plain Trainer's loss, as the record entry keeps it: a causal LM's next-token
     cross-entropy."""
     return {"name": "next_token"}
+
+
+def best_loaded(args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
+    """Where `load_best_model_at_end` put the weights back, for the record entry (whose `steps` and `final_loss` are
+    the run's last step's): the checkpoint's step and its metric; empty when the last step's weights stay."""
+    if not args.load_best_model_at_end or state.best_model_checkpoint is None:
+        return {}
+    metric = args.metric_for_best_model or "loss"
+    return {"loaded_best": {"step": state.best_global_step, "metric": metric, "value": state.best_metric}}
+
+
+def warn_of_a_zero_loss(run: Run, loss: float, step: int) -> None:
+    """A cross-entropy of exactly 0 means no token had a label: nothing trains (once per run)."""
+    if loss == 0.0 and not run.warned_zero_loss:
+        run.warned_zero_loss = True
+        logger.warning(f"The training loss is exactly 0 at step {step}: no token of these batches has a label to "
+                       "predict (labels all -100, or none given), so the rows get no gradient and nothing trains. "
+                       "Give each example labels (labels = input_ids for causal LM training).")
+
+
+def trained_nothing(state: TrainerState) -> bool:
+    """A run that ended after 0 steps trained nothing: say so (its record entry would read as a run, loss 0.0)."""
+    if state.global_step > 0:
+        return False
+    logger.warning("Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained, and the "
+                   "record has no entry for this run. Set max_steps (or num_train_epochs) above 0.")
+    return True
+
+
+def warn_of_unseen_rows(run: Run, rows: Any, state: TrainerState) -> None:
+    """After the first `LOOKUP_STEPS` steps (one read of a device counter): warn when their batches held no id of the
+    new rows, as with text tokenized by the original tokenizer (whose ids all precede the new ones)."""
+    if rows != "new" or run.ids is None or run.checked_lookups or state.global_step < min(LOOKUP_STEPS,
+                                                                                            state.max_steps):
+        return
+    run.checked_lookups = True
+    if run.rows.lookups == 0 and state.is_world_process_zero:
+        logger.warning(
+            f"The batches of the first {state.global_step} steps hold none of the new tokens (ids "
+            f"{int(run.ids[0])} to {int(run.ids[-1])}), so their rows train only to be less likely: the text was "
+            "tokenized with the original tokenizer, or is not in the new tokenizer's language. Tokenize it with the "
+            "tokenizer extend_vocabulary returned."
+        )
+
+
+def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerState, *, rows: Any,
+                 head_learning_rate: float | None, second_stage: Any, objective: dict[str, Any],
+                 command: list[str] | None) -> dict[str, Any]:
+    """The run as the record's CPT entry keeps it (`EmbeddingOnlyCallback`'s arguments, the Trainer's state)."""
+    matrix_rows = embedding_parameters(model)[0].shape[0]
+    return {
+        "rows": rows if isinstance(rows, str) else "custom",
+        "trainable_rows": matrix_rows if run.ids is None else len(run.ids),
+        "steps": state.global_step,
+        "tokens_seen": state.num_input_tokens_seen,
+        "final_loss": run.logs.get("loss"),
+        "train_loss": run.logs.get("train_loss"),
+        "learning_rate": run.learning_rate if run.learning_rate is not None else args.learning_rate,
+        "head_learning_rate": head_learning_rate,
+        "weight_decay": args.weight_decay,
+        "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+        "total_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "world_size": args.world_size,
+        "second_stage": None if second_stage is None else second_stage.to_dict(),
+        "row_norms": row_norms(model, run.new_ids),
+        "objective": objective,
+        **best_loaded(args, state),
+        **({} if command is None else {"command": list(command)}),
+    }

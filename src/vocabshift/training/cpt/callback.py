@@ -21,11 +21,19 @@ from ...errors import InvalidArgumentError, TrainingDivergedError, TrainingSetup
 from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
 from ._finite import check_finite
-from ._optimizer import PREBUILT, HeadRate, check_linear_in_lr, check_optimizer
+from ._optimizer import PREBUILT, check_optimizer, head_rate, peak_rate
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
-from ._run import Run, checkpoint_folder, next_token
-from .freeze import check_rows, freeze_body, row_norms, trainable_row_ids
-from .rows import current_split, embedding_parameters, split_rows
+from ._run import (
+    Run,
+    checkpoint_folder,
+    next_token,
+    record_entry,
+    trained_nothing,
+    warn_of_a_zero_loss,
+    warn_of_unseen_rows,
+)
+from .freeze import check_not_an_adapter, check_rows, freeze_body, row_norms, trainable_row_ids
+from .rows import embedding_parameters, fold_an_earlier_split, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
@@ -57,8 +65,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
     Args:
         rows (`str` or `list[int]`, defaults to `"new"`): `"new"` (the record's new ids), `"all"` (every row), or
             explicit row ids (a list, a range, a 1-D integer tensor or array).
-        head_learning_rate (`float`, *optional*): peak learning rate of an untied output head (the Trainer's
-            `learning_rate` drives the input embeddings); it follows the same schedule. Implemented by scaling the
+        head_learning_rate (`float`, *optional*): peak learning rate of an untied output head (the optimizer's own
+            rate, the Trainer's `learning_rate` or the `lr` of `optimizer_cls_and_kwargs`, drives the input
+            embeddings); it follows the same schedule. Implemented by scaling the
             head's update after each step, which is exact for SGD, Adam and AdamW (their update is proportional to
             the learning rate).
         second_stage (`SecondStage`, *optional*): after `second_stage.after_step` steps, the body (or LoRA
@@ -69,6 +78,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
     Raises:
         `InvalidArgumentError`: bad arguments, rows out of range (when the Trainer is built).
         `RecordError`: `rows="new"` on a model without an ExtensionRecord.
+        `UnsupportedModelError`: a peft model (its adapters would not train, and its checkpoints would not hold the
+            trained rows): train the model itself, and LoRA adapters through `second_stage`.
         `TrainingSetupError`: the Trainer's optimizer was built before the callback could split the rows
             (`optimizers=(...)`, or the callback added after the Trainer was built), an unsupported DeepSpeed/FSDP
             setup, or a resume from a checkpoint saved with other trainable rows (each checkpoint records its rows
@@ -134,7 +145,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
                     **kwargs: Any) -> None:
         """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
         refuse_backend(self)
-        _fold_an_earlier_split(model)
+        check_not_an_adapter(model)
+        self._check_not_serving_another(model)
+        fold_an_earlier_split(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
         if self.head_learning_rate is not None and len(embeddings) < 2:
@@ -154,15 +167,31 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
 
+    def _check_not_serving_another(self, model: Model) -> None:
+        """One callback serves one Trainer at a time: refuse a second Trainer of another model while the first's
+        rows are split (taking it over would leave them split, and that Trainer unable to train)."""
+        if self._run is not None and self._model is not model and self._run.rows.is_split:
+            raise TrainingSetupError(
+                f"This EmbeddingOnlyCallback already serves a Trainer of another {type(self._model).__name__}, whose "
+                "rows it split and has not folded back (that Trainer has not trained): give each Trainer its own "
+                "EmbeddingOnlyCallback(...)."
+            )
+
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Model | None = None, optimizer: torch.optim.Optimizer | None = None,
                        **kwargs: Any) -> None:
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
-        if self._model is None or self._run is None or model is not self._model:
+        if self._model is None or self._run is None:
             raise TrainingSetupError(
                 "EmbeddingOnlyCallback did not see this model when the Trainer was built (it was added with "
-                "trainer.add_callback, or to another Trainer), so the optimizer was built before it could freeze the "
-                "body. Pass it in Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
+                "trainer.add_callback), so the optimizer was built before it could freeze the body. Pass it in "
+                "Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
+            )
+        if model is not self._model:
+            raise TrainingSetupError(
+                "EmbeddingOnlyCallback froze another model than the one this Trainer trains: the Trainer has a "
+                "model_init, which builds a new model in train() after the callback froze the first (not supported: "
+                "pass Trainer(model=...)), or the callback was given to a later Trainer (give each its own)."
             )
         run = self._run
         if run.ids is not None and not run.rows.is_split:
@@ -180,10 +209,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
             logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
                            f"{state.max_steps}: the body never trains in this run; lower after_step or train longer.")
         self._maybe_open_gate(state)
-        run.head = None
-        if self.head_learning_rate is not None:
-            check_linear_in_lr(optimizer)
-            run.head = HeadRate(run.rows.parameters[1], self.head_learning_rate / args.learning_rate)
+        run.learning_rate = peak_rate(optimizer, run.rows.parameters[0], args.learning_rate)
+        head = self.head_learning_rate
+        run.head = None if head is None else head_rate(optimizer, run.rows.parameters[1], head, args.learning_rate)
         run.new_ids = new_ids_of(model, embedding_parameters(model)[0].device)
         run.began = True
 
@@ -209,6 +237,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         except TrainingDivergedError:
             self._close()
             raise
+        warn_of_unseen_rows(self._started(), self.rows, state)
         self._maybe_open_gate(state)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -245,6 +274,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
             return
         run = self._run
         run.logs.update({k: logs[k] for k in ("loss", "train_loss") if k in logs})
+        if "loss" in logs:
+            warn_of_a_zero_loss(run, logs["loss"], state.global_step)
         if "loss" in logs and run.began:
             figures = {_PREFIX + k: v for k, v in row_norms(self._model, run.new_ids).items()}
             logs.update(figures)
@@ -253,8 +284,11 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: Model | None = None, **kwargs: Any) -> None:
-        """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record."""
+        """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record (not a run of
+        no step: it trained nothing)."""
         self._close()
+        if trained_nothing(state):
+            return
         if not add_cpt_entry(self._model, self._entry(args, state)):
             logger.info("The model carries no vocabshift record: the CPT history is not stored.")
 
@@ -277,33 +311,6 @@ class EmbeddingOnlyCallback(TrainerCallback):
             gate.open()
 
     def _entry(self, args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
-        run = self._started()
-        rows = embedding_parameters(self._model)[0].shape[0]
-        return {
-            "rows": self.rows if isinstance(self.rows, str) else "custom",
-            "trainable_rows": rows if run.ids is None else len(run.ids),
-            "steps": state.global_step,
-            "tokens_seen": state.num_input_tokens_seen,
-            "final_loss": run.logs.get("loss"),
-            "train_loss": run.logs.get("train_loss"),
-            "learning_rate": args.learning_rate,
-            "head_learning_rate": self.head_learning_rate,
-            "weight_decay": args.weight_decay,
-            "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
-            "total_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
-            "world_size": args.world_size,
-            "second_stage": None if self.second_stage is None else self.second_stage.to_dict(),
-            "row_norms": row_norms(self._model, run.new_ids),
-            "objective": self._objective(),
-            **({} if self.command is None else {"command": list(self.command)}),
-        }
-
-
-def _fold_an_earlier_split(model: Model) -> None:
-    """A Trainer built on this model before, and not trained to its end, left the rows split: fold them back (what
-    they learned stays) so that this Trainer can split them again."""
-    earlier = current_split(model)
-    if earlier is not None:
-        logger.warning("An earlier Trainer's EmbeddingOnlyCallback left the rows split (built, or interrupted, before "
-                       "training ended): folding them back into the model; do not train that Trainer any more.")
-        earlier.fold()
+        return record_entry(self._started(), self._model, args, state, rows=self.rows,
+                            head_learning_rate=self.head_learning_rate, second_stage=self.second_stage,
+                            objective=self._objective(), command=self.command)

@@ -24,13 +24,14 @@ import torch
 from ..._typing import Model
 from ...arguments import is_collection, is_int
 from ...embeddings import find_embeddings
-from ...errors import InvalidArgumentError, RecordError
+from ...errors import InvalidArgumentError, RecordError, UnsupportedModelError
 from ...record import get_record
 from ._fold import row_norms_of
 from .rows import TrainableRows, embedding_parameters, split_rows
 
 __all__ = [
     "ROW_CHOICES",
+    "check_not_an_adapter",
     "check_rows",
     "freeze_body",
     "freeze_for_embedding_training",
@@ -54,6 +55,24 @@ def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> lis
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in trainable)
     return embeddings
+
+
+def check_not_an_adapter(model: Model) -> None:
+    """Refuse a peft model around the extended one: embedding-only training would freeze its adapters, and its
+    `save_pretrained` (so the Trainer's checkpoints and `save_model`) writes the adapters alone, not the trained rows.
+
+    Raises:
+        `UnsupportedModelError`: naming the model and the ways to train embeddings and adapters together.
+    """
+    if type(model).__module__.split(".")[0] == "peft":
+        raise UnsupportedModelError(
+            f"model is a peft {type(model).__name__}: embedding-only training would freeze its adapters, and its "
+            "save_pretrained (the Trainer's checkpoints and save_model too) writes the adapters alone, so the trained "
+            "embedding rows would be lost. Train the model before get_peft_model (or merge a trained adapter first: "
+            "model = model.merge_and_unload()); to train LoRA adapters in the same run, pass "
+            "EmbeddingOnlyCallback(second_stage=SecondStage(after_step=0, lora=LoraConfig(...))), which merges them "
+            "when training ends."
+        )
 
 
 def trainable_row_ids(model: Model, rows: str | Sequence[int]) -> torch.Tensor | None:
@@ -109,7 +128,9 @@ def _record_new_ids(model: Model, num_rows: int, device: torch.device) -> torch.
     if record.new_num_rows != num_rows or (len(ids) and ids[-1] >= num_rows):
         raise RecordError(
             f"The vocabshift record describes {record.new_num_rows} embedding rows but the model has {num_rows}: "
-            "it was resized after extend_vocabulary. Pass the row ids to train explicitly (rows=[...])."
+            "it was resized after extend_vocabulary. Pass the row ids to train explicitly (rows=[...]); vocabshift "
+            "train, which takes no ids, trains the new rows of a model with the record's size (resize_token_embeddings("
+            f"{record.new_num_rows}) where the rows after them hold no token), or every row with --rows all."
         )
     return ids
 
@@ -127,7 +148,8 @@ def freeze_for_embedding_training(model: Model, *, rows: str | Sequence[int] = "
         context manager). Until then `state_dict()` and `save_pretrained` fold the rows in on the fly.
 
     Raises:
-        `InvalidArgumentError`, `RecordError`, `UnsupportedModelError`: see `trainable_row_ids` and `split_rows`.
+        `InvalidArgumentError`, `RecordError`, `UnsupportedModelError`: see `trainable_row_ids` and `split_rows`;
+            `UnsupportedModelError` also for a peft model (`check_not_an_adapter`).
 
     Example:
         ```python
@@ -136,6 +158,7 @@ def freeze_for_embedding_training(model: Model, *, rows: str | Sequence[int] = "
         ...     train(model, optimizer)
         ```
     """
+    check_not_an_adapter(model)
     ids = trainable_row_ids(model, rows)
     freeze_body(model)
     return split_rows(model, ids)

@@ -22,6 +22,7 @@ call time, `state_dict()` gathers the folded matrix, and `fold()` writes each ra
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
@@ -32,9 +33,11 @@ from ...embeddings import find_embeddings
 from ...errors import TrainingSetupError, UnsupportedModelError
 from ._fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
-__all__ = ["TrainableRows", "current_split", "embedding_parameters", "split_rows"]
+__all__ = ["TrainableRows", "current_split", "embedding_parameters", "fold_an_earlier_split", "split_rows"]
 
+logger = logging.getLogger(__name__)
 SPLIT = "_vocabshift_split"
+LOOKUPS = "_vocabshift_lookups"  # the input module's count of looked-up ids that are trainable rows (a tensor)
 
 
 def embedding_parameters(model: Model) -> list[torch.nn.Parameter]:
@@ -66,6 +69,12 @@ class TrainableRows:
     @property
     def is_split(self) -> bool:
         return bool(self._groups)
+
+    @property
+    def lookups(self) -> int | None:
+        """How many of the ids looked up since the split were trainable rows' (None once folded); reads a device
+        counter."""
+        return int(self.model.get_submodule(self._groups[0][0]).__dict__[LOOKUPS]) if self._groups else None
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -117,6 +126,8 @@ def split_rows(model: Model, ids: torch.Tensor | None) -> TrainableRows:
 
     Raises:
         `UnsupportedModelError`: an embedding or head module vocabshift cannot compose rows for.
+        `TrainingSetupError`: the rows are split already, or the matrices sharded already (FSDP2's `fully_shard`
+            before the split).
     """
     embeddings = find_embeddings(model)
     inputs, head = embeddings.input, embeddings.head
@@ -149,6 +160,16 @@ def current_split(model: Model) -> TrainableRows | None:
     return find_embeddings(model).input.__dict__.get(SPLIT)
 
 
+def fold_an_earlier_split(model: Model) -> None:
+    """A Trainer built on this model before, and not trained to its end, left the rows split: fold them back (what
+    they learned stays) so that this Trainer can split them again."""
+    earlier = current_split(model)
+    if earlier is not None:
+        logger.warning("An earlier Trainer's EmbeddingOnlyCallback left the rows split (built, or interrupted, before "
+                       "training ended): folding them back into the model; do not train that Trainer any more.")
+        earlier.fold()
+
+
 def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> None:
     if not isinstance(inputs, torch.nn.Embedding) or inputs.max_norm is not None or inputs.sparse \
             or inputs.scale_grad_by_freq:
@@ -164,6 +185,13 @@ def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> 
             "only for linear heads. Train every row (rows='all') instead."
         )
     for module in (inputs, head):
+        if module is not None and hasattr(module.weight, "to_local"):
+            raise TrainingSetupError(
+                f"The {'input embeddings' if module is inputs else 'output head'} are already sharded (a DTensor: "
+                "fully_shard ran on the model first), and vocabshift splits the trainable rows off whole matrices. "
+                "Split first, then shard: call freeze_for_embedding_training(model, rows=...) before fully_shard (the "
+                "Trainer shards after EmbeddingOnlyCallback has split), or train every row (rows='all')."
+            )
         if module is not None and hasattr(module, ROWS):
             raise TrainingSetupError(
                 f"{type(module).__name__} already has split trainable rows: fold the earlier split "
@@ -193,10 +221,13 @@ def _unregister(module: torch.nn.Module) -> None:
     for name in (ROWS, IDS, SLOTS):
         if hasattr(module, name):
             delattr(module, name)
+    module.__dict__.pop(LOOKUPS, None)
 
 
 def _install_lookup(module: torch.nn.Embedding, ids: torch.Tensor) -> Any:
     _register(module, ids, _new_rows(module.weight, ids))
+    module.__dict__[LOOKUPS] = torch.zeros((), dtype=torch.long, device=ids.device)  # no buffer: DDP
+    # would broadcast the first process's count to the others
     pad = module.padding_idx
     padding_slot = int(getattr(module, SLOTS)[pad]) if pad is not None else -1
     hook = functools.partial(_lookup_hook, padding_slot=padding_slot if padding_slot >= 0 else None)
@@ -208,12 +239,16 @@ def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict
     """Replace the looked-up rows of trainable ids (zero in the frozen matrix) by the trainable rows."""
     ids = args[0] if args else next(iter(kwargs.values()))
     slots = getattr(module, SLOTS)[ids]
+    found = slots >= 0
+    counter = module.__dict__.get(LOOKUPS)
+    if counter is not None:  # out of place: the model may have moved since, or run under inference_mode
+        module.__dict__[LOOKUPS] = counter.to(found.device) + found.sum()
     weight = module.weight
     rows = F.embedding(slots.clamp(min=0), getattr(module, ROWS).to(weight.dtype), padding_idx=padding_slot)
     scale = getattr(module, "embed_scale", None)  # Gemma-style scaled lookups
     if scale is not None:
         rows = rows * scale.to(weight.dtype)
-    return torch.where((slots >= 0).unsqueeze(-1), rows, output)
+    return torch.where(found.unsqueeze(-1), rows, output)
 
 
 class _Override:

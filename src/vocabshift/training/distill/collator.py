@@ -20,7 +20,8 @@ from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...vocab.load import load_tokenizer
 from ._chunks import align_chunks
 
-__all__ = ["DistillationCollator", "check_text_dataset", "check_text_datasets", "default_collator", "prefix_id"]
+__all__ = ["DistillationCollator", "check_collator", "check_text_dataset", "check_text_datasets", "default_collator",
+           "prefix_id"]
 
 
 def prefix_id(tokenizer: Any, side: str) -> int:
@@ -180,3 +181,22 @@ def default_collator(model: Any, teacher_model: Any, tokenizer: Any, teacher_tok
     if positions is not None:
         collator.max_teacher_length = min(8 * max_length, positions)
     return collator
+
+
+def check_collator(collator: DistillationCollator, model: Any, teacher_model: Any) -> None:
+    """A `DistillationCollator` given as `data_collator`: its lengths within the student's and the teacher's
+    positions, as `default_collator`'s are (a model with learned positions fails mid-run with an IndexError).
+
+    Raises:
+        `InvalidArgumentError`: naming the length, the positions and the fix.
+    """
+    check_positions(model, collator.max_length, name="data_collator.max_length", argument="model")
+    teacher = teacher_model if teacher_model is not None else model
+    positions, length = model_positions(teacher), collator.max_teacher_length or 8 * collator.max_length
+    if positions is not None and length > positions:
+        default = " (max_teacher_length unset: 8 x max_length)" if collator.max_teacher_length is None else ""
+        raise InvalidArgumentError(
+            f"data_collator reads up to {length} teacher tokens per sequence{default}, past the {positions} "
+            f"positions of the teacher ({type(teacher).__name__}): pass DistillationCollator(..., "
+            f"max_teacher_length={positions}), or leave data_collator out (its default stays within them)."
+        )

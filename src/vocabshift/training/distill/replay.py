@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from ...corpus import source_lines
+from ...corpus import source_lines, text_lines
 from ...errors import CorpusError
-from ..texts import pack_texts
+from ..texts import join_texts
 from .collator import prefix_id
 
 __all__ = ["READ_EVERY", "SourceReplay", "source_loss"]
@@ -44,7 +44,7 @@ class SourceReplay:
     """
 
     def __init__(self, tokenizer: Any, texts: Sequence[str] | None, *, max_length: int) -> None:
-        self.texts = pack_texts(source_lines(texts), tokenizer, max_length=max_length)
+        self.texts = join_texts(text_lines(source_lines(texts)), tokenizer, max_length)
         prefix = prefix_id(tokenizer, "student")
         self._encoded = tokenizer(self.texts, add_special_tokens=False)["input_ids"]
         self.sequences = [[prefix, *ids][:max_length] for ids in self._encoded if ids]

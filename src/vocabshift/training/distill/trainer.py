@@ -27,7 +27,7 @@ from ...vocab.load import fingerprint, load_tokenizer
 from ..cpt._resume import damaged_checkpoint_json, read_checkpoint_json
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
-from .collator import DistillationCollator, check_text_datasets, default_collator
+from .collator import DistillationCollator, check_collator, check_text_datasets, default_collator
 from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
@@ -55,7 +55,19 @@ def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> b
     return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
 
 
-def _check_types(weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
+def _instantiated(callbacks: Any) -> Any:
+    """Callback classes instantiated, as the Trainer does with them, so that this trainer reads the
+    `EmbeddingOnlyCallback` the Trainer will run (`callbacks=[EmbeddingOnlyCallback]` is its defaults)."""
+    return [c() if isinstance(c, type) else c for c in callbacks] if isinstance(callbacks, (list, tuple)) else callbacks
+
+
+def _check_types(model: Any, weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentTypeError(
+            f"model is a {type(model).__name__}: pass the model after extend_vocabulary, loaded (e.g. "
+            "AutoModelForCausalLM.from_pretrained(folder)); DistillationTrainer takes no model_init (its teacher and "
+            "collator are built from the model)."
+        )
     check_text_datasets(train_dataset, kwargs.get("eval_dataset"))
     collator = kwargs.get("data_collator")
     if collator is not None and not isinstance(collator, DistillationCollator):
@@ -159,12 +171,12 @@ class DistillationTrainer(Trainer):
         `TokenizerMismatchError`: `processing_class` or `teacher_tokenizer` is not the one the record names (each
             other's swapped, or of another model). `InvalidTokenizerError`, `TokenizerLoadError`: not a tokenizer.
         `CorpusError`: `source_texts` is not a non-empty list of strings.
-        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off), a `max_length` past the model's
-            positions, a dataset without a `"text"` column, a `teacher_model` that is not the original model
-            (`check_teacher`); `label_smoothing_factor` or
+        `InvalidArgumentError`: `source_texts` with `weights.source` at 0 (off), a `max_length` (or a given
+            `data_collator`'s lengths) past the model's or the teacher's positions, a dataset without a `"text"`
+            column, a `teacher_model` that is not the original model (`check_teacher`); `label_smoothing_factor` or
             `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
             `train_dataset` that is one string or a `DatasetDict`, a `data_collator` that is not a
-            `DistillationCollator`.
+            `DistillationCollator`, a `model` that is not a loaded model (None, with a `model_init`).
 
     Example:
         ```python
@@ -181,7 +193,9 @@ class DistillationTrainer(Trainer):
                  teacher_dtype: torch.dtype | Literal["auto"] | None = "auto",
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
-        _check_types(weights, teacher_model, train_dataset, kwargs)
+        if "callbacks" in kwargs:
+            kwargs["callbacks"] = _instantiated(kwargs["callbacks"])
+        _check_types(model, weights, teacher_model, train_dataset, kwargs)
         _check_own_loss(args, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
@@ -193,8 +207,10 @@ class DistillationTrainer(Trainer):
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
         self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
                                teacher_model=teacher_model, dtype=teacher_dtype)
-        collator = kwargs.pop("data_collator", None) or default_collator(model, teacher_model, processing_class,
-                                                                        teacher_tokenizer, max_length)
+        collator = kwargs.pop("data_collator", None)
+        if collator is not None:
+            check_collator(collator, model, teacher_model)
+        collator = collator or default_collator(model, teacher_model, processing_class, teacher_tokenizer, max_length)
         super().__init__(model=model, args=args, train_dataset=train_dataset, processing_class=processing_class,
                          data_collator=collator, **kwargs)
         self.loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean
