@@ -122,22 +122,29 @@ def test_collator_refuses_bad_input(tokenizers_en):
 def test_pack_texts_fills_sequences_in_order(tokenizers_en, en_lines):
     tokenizer = tokenizers_en["bytelevel"]
     packed = pack_texts(en_lines[:200], tokenizer, max_length=128)
-    assert "\n".join(packed) == "\n".join(en_lines[:200])
+    assert "".join(packed).replace("\n", "") == "".join(en_lines[:200])  # lines too long for one are cut in pieces
     lengths = [len(ids) for ids in tokenizer(packed, add_special_tokens=False)["input_ids"]]
-    assert len(packed) < 200 and max(lengths) < 128 + max(len(tokenizer(line)["input_ids"]) for line in en_lines[:200])
+    assert len(packed) < 200 and max(lengths) <= 128
 
 
-def test_pack_texts_warns_of_texts_the_collator_cuts(tokenizers_en, en_lines, caplog):
-    """A whole document on one line: the collator reads its first max_length tokens only, so pack_texts says how
-    much of the text that drops; lines that fit (or drop under a tenth of the tokens) pass silently."""
-    tokenizer = tokenizers_en["bytelevel"]
+@pytest.mark.parametrize("family", ["bytelevel", "sentencepiece"])
+def test_pack_texts_cuts_long_texts_into_pieces_the_collator_reads_whole(tokenizers_en, en_lines, family, caplog):
+    """A whole document on one line: the collator would read its first max_length tokens and drop the rest (99% of
+    a 3,000-token line at 16 tokens, without a word); pack_texts cuts it at token starts into pieces that fit."""
+    tokenizer, document = tokenizers_en[family], " ".join(en_lines[:60])
+    packed = pack_texts([document, *en_lines[60:70]], tokenizer, max_length=64)
+    assert len(packed) > 10 and "".join(packed).replace("\n", "") == document + "".join(en_lines[60:70])
+    collator = DistillationCollator(tokenizer, tokenizer, max_length=64)
+    kept = int(collator([{"text": text} for text in packed])["attention_mask"].sum()) - len(packed)
+    total = sum(map(len, tokenizer(packed, add_special_tokens=False)["input_ids"]))
+    assert kept >= 0.98 * total  # a piece may cut its first word differently; the collator drops what overflows
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vocabshift"):
-        pack_texts(en_lines[:50], tokenizer, max_length=128)
-        assert not caplog.records
-        pack_texts([" ".join(en_lines[:50]), *en_lines[50:60]], tokenizer, max_length=128)
-    assert len(caplog.records) == 1
-    assert re.search(r"1 of the 11 texts are longer than max_length=128 tokens: .* drops the rest, [0-9]+ tokens "
-                     r"\([0-9]+% of the text\)\. Split long documents .* --context-length", caplog.text)
+        DistillationCollator(tokenizer, tokenizer, max_length=64)([document, *en_lines[60:70]] * 2)
+    assert len(caplog.records) == 1  # once per collator
+    assert re.search("[0-9]+ of 22 texts in a batch are longer than max_length=64 tokens: the collator reads the first "
+                     "max_length of each and drops the rest. Pass the texts through "
+                     r"vocabshift.training.pack_texts\(", caplog.text)
 
 
 def test_pack_texts_cuts_token_blocks_for_plain_training(tokenizers_en, en_lines):

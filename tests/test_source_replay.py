@@ -16,6 +16,7 @@ from vocabshift.training import pack_texts
 from vocabshift.training.distill.replay import READ_EVERY, SourceReplay, source_loss
 from vocabshift.training.distill.trainer import DistillationTrainer
 from vocabshift.training.distill.weights import DistillationWeights
+from vocabshift.training.texts import join_texts
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_replay_reads_packed_sequences_in_turn(tokenizers_en, en_lines):
 
 def test_replay_defaults_to_the_shipped_english(tokenizers_en):
     tokenizer = tokenizers_en["bytelevel"]
-    shipped = pack_texts(vocabshift.corpus.shipped_english(), tokenizer, max_length=32)
+    shipped = join_texts(list(vocabshift.corpus.shipped_english()), tokenizer, max_length=32)  # long lines whole
     assert len(SourceReplay(tokenizer, None, max_length=32).sequences) == len(shipped)
 
 

@@ -8,7 +8,6 @@ stream of the lines' tokens. Files are read by `corpus.read_texts`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from typing import Literal, overload
 
@@ -21,8 +20,6 @@ from ..errors import InvalidArgumentError
 from ..vocab.load import load_tokenizer
 
 __all__ = ["join_texts", "pack_texts"]
-
-logger = logging.getLogger(__name__)
 
 
 @overload
@@ -44,8 +41,8 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
         tokenizer: the tokenizer the model reads them with (the one `extend_vocabulary` returned).
         max_length (`int`): tokens per sequence (with `blocks=False`, the collator's first token included).
         blocks (`bool`, defaults to `False`): `False` gives texts for `DistillationCollator`: consecutive texts
-            joined by newlines while they fit (a text longer than `max_length` stays alone; the collator cuts it,
-            and a warning says so where that drops a tenth of the tokens or more).
+            joined by newlines while they fit, a text too long for one sequence cut at token starts into pieces
+            that fit (the collator would read its first `max_length` tokens and drop the rest).
             `True` gives token ids for a plain `Trainer`: the texts' tokens joined by the eos token and cut into
             whole blocks of exactly `max_length` (the rest dropped).
 
@@ -70,17 +67,17 @@ def pack_texts(texts: Iterable[str], tokenizer: Tokenizer, *, max_length: int,
     tokenizer = load_tokenizer(tokenizer, argument="tokenizer")
     check_count(max_length, name="max_length", minimum=2)
     check_flag(blocks, name="blocks")
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     if blocks:
-        return _blocks(encoded, tokenizer.eos_token_id, max_length)
-    _warn_of_long_texts([len(ids) + 1 for ids in encoded], max_length)
-    return _joined(texts, encoded, max_length)
+        return _blocks(tokenizer(texts, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id, max_length)
+    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    pieces = [piece for text, ids, offsets in zip(texts, encoded["input_ids"], encoded["offset_mapping"])
+              for piece in _pieces(text, ids, offsets, max(1, max_length - 2))]
+    return _joined([text for text, _ in pieces], [ids for _, ids in pieces], max_length)
 
 
 def join_texts(texts: list[str], tokenizer: Tokenizer, max_length: int) -> list[str]:
-    """`pack_texts(blocks=False)` of checked lines and a loaded tokenizer, without its warning about long texts: for
-    text vocabshift reads as a sample (the source replay), where reading the start of a long line is what it wants.
-    """
+    """`pack_texts(blocks=False)` of checked lines and a loaded tokenizer, with long texts left whole: for text
+    vocabshift reads as a sample (the source replay), where reading the start of a long line is what it wants."""
     return _joined(texts, tokenizer(texts, add_special_tokens=False)["input_ids"], max_length)
 
 
@@ -98,16 +95,15 @@ def _joined(texts: list[str], encoded: Sequence[Sequence[int]], max_length: int)
     return packed
 
 
-def _warn_of_long_texts(lengths: list[int], max_length: int) -> None:
-    """The collator reads the first `max_length` tokens of a longer text and drops the rest: say so where that is
-    a tenth of the tokens or more (a corpus of whole documents, one per line)."""
-    dropped = sum(max(0, length - max_length) for length in lengths)
-    if dropped and dropped >= 0.1 * sum(lengths):
-        long = sum(length > max_length for length in lengths)
-        logger.warning(f"{long} of the {len(lengths)} texts are longer than max_length={max_length} tokens: the "
-                       f"collator reads the first {max_length} of each and drops the rest, {dropped} tokens "
-                       f"({dropped / sum(lengths):.0%} of the text). Split long documents into lines or paragraphs "
-                       "first, or raise max_length (CLI: --context-length).")
+def _pieces(text: str, ids: list[int], offsets: list[tuple[int, int]], size: int) -> list[tuple[str, list[int]]]:
+    """`text` and its tokens, or for more than `size` tokens its pieces of `size` tokens each, cut where a token
+    starts (a piece cut so may tokenize a little differently at its start; the collator cuts what does not fit)."""
+    if len(ids) <= size:
+        return [(text, ids)]
+    starts = [0, *(offsets[index][0] for index in range(size, len(ids), size))]
+    pieces = [(text[start:stop], ids[index * size:(index + 1) * size])
+              for index, (start, stop) in enumerate(zip(starts, [*starts[1:], len(text)]))]
+    return [(piece, piece_ids) for piece, piece_ids in pieces if piece.strip()]
 
 
 def _blocks(encoded: Sequence[Sequence[int]], eos: int | None, length: int) -> torch.Tensor:

@@ -7,8 +7,9 @@ vectorized (the tokenizers' batch encoders and NumPy); nothing per token runs in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,8 @@ from ._chunks import align_chunks
 
 __all__ = ["DistillationCollator", "check_collator", "check_text_dataset", "check_text_datasets", "default_collator",
            "prefix_id"]
+
+logger = logging.getLogger(__name__)
 
 
 def prefix_id(tokenizer: Any, side: str) -> int:
@@ -84,7 +87,8 @@ class DistillationCollator:
     """Turn raw texts into the student's and the teacher's tokens of the same text span, with their chunks.
 
     Each sequence starts with the tokenizer's bos token (else eos) on both sides, as its own chunk, and ends at the
-    last shared boundary that fits `max_length` student tokens and `max_teacher_length` teacher tokens.
+    last shared boundary that fits `max_length` student tokens and `max_teacher_length` teacher tokens; the rest of a
+    longer text is dropped (a warning says so once: `pack_texts` cuts long texts into pieces that fit).
 
     Args:
         tokenizer: the student's tokenizer (the one `extend_vocabulary` returned).
@@ -106,6 +110,7 @@ class DistillationCollator:
     teacher_tokenizer: Tokenizer
     max_length: int = 128
     max_teacher_length: int | None = None
+    _warned: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("max_length", "max_teacher_length"):
@@ -128,9 +133,20 @@ class DistillationCollator:
         sides = [tok(texts, add_special_tokens=False, return_offsets_mapping=True)
                  for tok in (self.tokenizer, self.teacher_tokenizer)]
         limits = (self.max_length, self.max_teacher_length or 8 * self.max_length)
+        self._warn_of_long_texts([len(ids) + 1 for ids in sides[0]["input_ids"]])
         rows = [self._row(self._side(sides[0], i, self._prefixes[0]), self._side(sides[1], i, self._prefixes[1]),
                           limits) for i in range(len(texts))]
         return _pad(rows)
+
+    def _warn_of_long_texts(self, lengths: list[int]) -> None:
+        """Say once that texts longer than `max_length` lose their rest (raw documents given as the dataset)."""
+        long = sum(length > self.max_length for length in lengths)
+        if long and not self._warned:
+            self._warned = True
+            logger.warning(f"{long} of {len(lengths)} texts in a batch are longer than max_length={self.max_length} "
+                           "tokens: the collator reads the first max_length of each and drops the rest. Pass the "
+                           "texts through vocabshift.training.pack_texts(texts, tokenizer, max_length=...), which "
+                           "cuts long texts into pieces that fit, or raise max_length.")
 
     @staticmethod
     def _side(encoded: Any, index: int, prefix: int) -> tuple[np.ndarray, np.ndarray]:
