@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer as BackendTokenizer
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
-__all__ = ["Corpus", "Model", "ModelConfig", "Tokenizer", "TokenizerLike", "TrainingArguments"]
+__all__ = ["Corpus", "Model", "ModelConfig", "Tokenizer", "TokenizerLike", "TrainingArguments", "is_peft"]
 
 # Text to train on: a UTF-8 file (one document per line, .xz or not) or the documents themselves.
 Corpus: TypeAlias = "str | os.PathLike[str] | Sequence[str]"
@@ -24,3 +24,8 @@ Tokenizer: TypeAlias = "PreTrainedTokenizerFast"  # a fast tokenizer (with `back
 # What a tokenizer argument accepts: a fast tokenizer, a `tokenizers.Tokenizer`, a tokenizer.json, a folder, a repo id.
 TokenizerLike: TypeAlias = "PreTrainedTokenizerFast | BackendTokenizer | str | os.PathLike[str]"
 TrainingArguments: TypeAlias = Any  # transformers.TrainingArguments (read as Any)
+
+
+def is_peft(module: Any) -> bool:
+    """Whether `module` is peft's (a PeftModel, or a layer an adapter wraps), without importing peft."""
+    return type(module).__module__.split(".")[0] == "peft"

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ._typing import Model, Tokenizer
+from ._typing import Model, Tokenizer, is_peft
 from .errors import TokenizerMismatchError, UnsupportedModelError
 from .record import find_record
 from .vocab.load import fingerprint
@@ -130,7 +130,7 @@ def find_embeddings(model: Model) -> Embeddings:
 def _check_not_wrapped(model: Model, *modules: Any) -> None:
     """Refuse embeddings that a peft adapter wraps (a LoRA layer, `modules_to_save`, trainable tokens): their
     adapter weights keep the old vocabulary's width, and the extended model would fail in its first forward."""
-    wrapped = next((module for module in modules if type(module).__module__.split(".")[0] == "peft"), None)
+    wrapped = next((module for module in modules if is_peft(module)), None)
     if wrapped is not None:
         raise UnsupportedModelError(
             f"{type(model).__name__}'s embeddings are wrapped by a peft adapter ({type(wrapped).__module__}."

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ._typing import Model, Tokenizer
+from ._typing import Model, Tokenizer, is_peft
 from .arguments import check_apart, check_shard_size
 from .atomic import atomic_folder
 from .errors import InvalidArgumentTypeError, TokenizerMismatchError, UnsupportedModelError
@@ -75,7 +75,7 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
 def _check_not_an_adapter(model: Model) -> None:
     """Refuse a peft model around an extended one: its save_pretrained writes the adapter alone, without the
     extended embeddings and the record (the tokenizer saved beside would not fit the base model)."""
-    if type(model).__module__.split(".")[0] == "peft":
+    if is_peft(model):
         raise UnsupportedModelError(
             f"model is a peft {type(model).__name__} around an extended model, and its save_pretrained writes the "
             "adapter alone: the new embedding rows and the vocabshift record would be lost. Merge the adapter first "

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._typing import Model
+from ..._typing import Model, is_peft
 from ...arguments import is_collection, is_int
 from ...embeddings import find_embeddings
 from ...errors import InvalidArgumentError, RecordError, UnsupportedModelError
@@ -64,7 +64,7 @@ def check_not_an_adapter(model: Model) -> None:
     Raises:
         `UnsupportedModelError`: naming the model and the ways to train embeddings and adapters together.
     """
-    if type(model).__module__.split(".")[0] == "peft":
+    if is_peft(model):
         raise UnsupportedModelError(
             f"model is a peft {type(model).__name__}: embedding-only training would freeze its adapters, and its "
             "save_pretrained (the Trainer's checkpoints and save_model too) writes the adapters alone, so the trained "
