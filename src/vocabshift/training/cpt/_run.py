@@ -16,7 +16,7 @@ from .freeze import row_norms
 from .rows import TrainableRows, embedding_parameters
 from .stage import BodyGate
 
-__all__ = ["Run", "best_loaded", "record_entry", "checkpoint_folder", "next_token", "trained_nothing",
+__all__ = ["Run", "best_loaded", "checkpoint_folder", "next_token", "record_entry", "trained_nothing",
            "warn_of_a_zero_loss", "warn_of_unseen_rows"]
 
 logger = logging.getLogger(__name__)
