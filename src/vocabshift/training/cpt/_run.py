@@ -73,21 +73,22 @@ def best_loaded(args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
     return {"loaded_best": {"step": state.best_global_step, "metric": metric, "value": state.best_metric}}
 
 
-def warn_of_a_zero_loss(run: Run, loss: float, step: int) -> None:
-    """A cross-entropy of exactly 0 means no token had a label: nothing trains (once per run)."""
-    if loss == 0.0 and not run.warned_zero_loss:
+def warn_of_a_zero_loss(run: Run, loss: float, state: TrainerState) -> None:
+    """A cross-entropy of exactly 0 means no token had a label: nothing trains (once per run, by the main process)."""
+    if loss == 0.0 and not run.warned_zero_loss and state.is_world_process_zero:
         run.warned_zero_loss = True
-        logger.warning(f"The training loss is exactly 0 at step {step}: no token of these batches has a label to "
-                       "predict (labels all -100, or none given), so the rows get no gradient and nothing trains. "
-                       "Give each example labels (labels = input_ids for causal LM training).")
+        logger.warning(f"The training loss is exactly 0 at step {state.global_step}: no token of these batches has a "
+                       "label to predict (labels all -100, or none given), so the rows get no gradient and nothing "
+                       "trains. Give each example labels (labels = input_ids for causal LM training).")
 
 
 def trained_nothing(state: TrainerState) -> bool:
     """A run that ended after 0 steps trained nothing: say so (its record entry would read as a run, loss 0.0)."""
     if state.global_step > 0:
         return False
-    logger.warning("Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained, and the "
-                   "record has no entry for this run. Set max_steps (or num_train_epochs) above 0.")
+    if state.is_world_process_zero:  # every process ends after 0 steps: say it once
+        logger.warning("Training ended after 0 steps (max_steps=0, or num_train_epochs=0): nothing trained, and the "
+                       "record has no entry for this run. Set max_steps (or num_train_epochs) above 0.")
     return True
 
 
