@@ -16,22 +16,21 @@ from typing import Any, Literal
 
 import torch
 from transformers import Trainer
-from transformers import TrainingArguments as HFTrainingArguments
 
 from ..._typing import Model, TokenizerLike, TrainingArguments
 from ...atomic import atomic_write_text
 from ...embeddings import find_embeddings
-from ...errors import InvalidArgumentError, InvalidArgumentTypeError, TokenizerMismatchError, TrainingSetupError
 from ...record import get_record
-from ...vocab.load import fingerprint, load_tokenizer
+from ...vocab.load import load_tokenizer
 from ..cpt._resume import damaged_checkpoint_json, read_checkpoint_json
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
-from .collator import DistillationCollator, check_collator, check_text_datasets, default_collator
+from ._setup import check_own_loss, check_tokenizers, check_types, instantiated, old_rows_frozen, source_replay
+from .collator import check_collator, default_collator
 from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
-from .replay import SourceReplay, source_loss
+from .replay import source_loss
 from .schedule import TeacherSchedule
 from .teacher import Teacher, check_teacher
 from .weights import DistillationWeights
@@ -39,99 +38,6 @@ from .weights import DistillationWeights
 __all__ = ["DistillationTrainer"]
 
 PROGRESS = "vocabshift_distillation.json"  # in each checkpoint: the teacher's schedule and the source replay
-
-
-def _old_rows_frozen(record: Any, callbacks: list[Any], teacher_model: Any) -> bool:
-    """Whether the rows of the old vocabulary stay fixed (extend mode, and the callback trains only new rows)."""
-    ours = [c for c in callbacks if isinstance(c, EmbeddingOnlyCallback)]
-    if not ours and teacher_model is None:
-        raise TrainingSetupError(
-            "DistillationTrainer needs EmbeddingOnlyCallback in callbacks=[...] (the teacher is the model's own "
-            "frozen body), or a separate teacher_model=<the original model>."
-        )
-    rows = ours[0].rows if ours else "all"
-    if record.mode != "extend":
-        return False
-    return rows == "new" if isinstance(rows, str) else min(rows) >= record.old_vocab_size
-
-
-def _instantiated(callbacks: Any) -> Any:
-    """Callback classes instantiated, as the Trainer does with them, so that this trainer reads the
-    `EmbeddingOnlyCallback` the Trainer will run (`callbacks=[EmbeddingOnlyCallback]` is its defaults)."""
-    return [c() if isinstance(c, type) else c for c in callbacks] if isinstance(callbacks, (list, tuple)) else callbacks
-
-
-def _check_types(model: Any, weights: Any, teacher_model: Any, train_dataset: Any, kwargs: dict[str, Any]) -> None:
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentTypeError(
-            f"model is a {type(model).__name__}: pass the model after extend_vocabulary, loaded (e.g. "
-            "AutoModelForCausalLM.from_pretrained(folder)); DistillationTrainer takes no model_init (its teacher and "
-            "collator are built from the model)."
-        )
-    check_text_datasets(train_dataset, kwargs.get("eval_dataset"))
-    collator = kwargs.get("data_collator")
-    if collator is not None and not isinstance(collator, DistillationCollator):
-        raise InvalidArgumentTypeError(
-            f"data_collator is a {type(collator).__name__}: DistillationTrainer reads raw text through a "
-            "DistillationCollator (the student's and the teacher's cut of each text); leave data_collator out, or "
-            "pass a DistillationCollator."
-        )
-    if sum(isinstance(c, EmbeddingOnlyCallback) for c in kwargs.get("callbacks") or []) > 1:
-        raise TrainingSetupError("callbacks holds more than one EmbeddingOnlyCallback: pass one, with the rows to "
-                                 "train.")
-    if weights is not None and not isinstance(weights, DistillationWeights):
-        raise InvalidArgumentTypeError(f"weights is a {type(weights).__name__}: pass a DistillationWeights, or None "
-                                       "for the defaults.")
-    if teacher_model is not None and not isinstance(teacher_model, torch.nn.Module):
-        raise InvalidArgumentTypeError(f"teacher_model is a {type(teacher_model).__name__}: pass the original model "
-                                       "loaded (AutoModelForCausalLM.from_pretrained(...)), or None.")
-
-
-def _check_own_loss(args: TrainingArguments | None, kwargs: dict[str, Any]) -> None:
-    """Refuse the Trainer's loss settings, which this trainer's own loss would ignore without a word."""
-    if args is not None and not isinstance(args, HFTrainingArguments):
-        raise InvalidArgumentTypeError(f"args is a {type(args).__name__}: pass TrainingArguments(...), or None.")
-    smoothing = args.label_smoothing_factor if args is not None else 0
-    if smoothing:
-        raise InvalidArgumentError(
-            f"TrainingArguments(label_smoothing_factor={smoothing}): DistillationTrainer computes its own loss, whose "
-            "next_token term is plain cross-entropy (the teacher's terms are soft targets already); set it to 0, or "
-            "train with Trainer + EmbeddingOnlyCallback for a smoothed cross-entropy.")
-    if kwargs.get("compute_loss_func") is not None:
-        raise InvalidArgumentError("compute_loss_func is given, but DistillationTrainer computes its own loss "
-                                   "(DistillationWeights chooses its terms): leave compute_loss_func out, or train "
-                                   "with Trainer + EmbeddingOnlyCallback.")
-
-
-def _check_tokenizers(record: Any, student: Any, teacher: Any) -> None:
-    """The student reads text with the tokenizer `extend_vocabulary` returned, the teacher with the one before it."""
-    checks = (("processing_class", student, record.tokenizer_sha256, record.source_tokenizer_sha256,
-               "the tokenizer the model's last extend_vocabulary call returned",
-               "the original tokenizer: the new rows would never see a token"),
-              ("teacher_tokenizer", teacher, record.source_tokenizer_sha256, record.tokenizer_sha256,
-               "the tokenizer the model was extended from",
-               "the extended tokenizer: the teacher would read the text as the student does and teach nothing"))
-    for argument, tokenizer, wanted, swapped, role, why in checks:
-        found = fingerprint(tokenizer)
-        if found != wanted:
-            raise TokenizerMismatchError(
-                f"{argument} is not {role} ({len(tokenizer)} tokens, fingerprint {found[:12]}...; the model's "
-                f"record has {wanted[:12]}...){' but ' + why if found == swapped else ''}: pass {role}."
-            )
-
-
-def _source_replay(weights: DistillationWeights, tokenizer: Any, teacher_tokenizer: Any,
-                   texts: Sequence[str] | None, max_length: int) -> SourceReplay | None:
-    """The source text the student reads at the head, where it has something to do (`cut_differently`)."""
-    if not weights.source:
-        if texts is not None:
-            raise InvalidArgumentError(
-                "source_texts is given but weights.source is 0, so nothing would read them: leave weights.source at "
-                "its default (1.0; CLI: --source-weight 1), or leave source_texts out."
-            )
-        return None
-    replay = SourceReplay(tokenizer, texts, max_length=max_length)
-    return replay if replay.cut_differently(teacher_tokenizer) else None
 
 
 class DistillationTrainer(Trainer):
@@ -194,16 +100,16 @@ class DistillationTrainer(Trainer):
                  weights: DistillationWeights | None = None, source_texts: Sequence[str] | None = None,
                  max_length: int = 128, **kwargs: Any) -> None:
         if "callbacks" in kwargs:
-            kwargs["callbacks"] = _instantiated(kwargs["callbacks"])
-        _check_types(model, weights, teacher_model, train_dataset, kwargs)
-        _check_own_loss(args, kwargs)
+            kwargs["callbacks"] = instantiated(kwargs["callbacks"])
+        check_types(model, weights, teacher_model, train_dataset, kwargs)
+        check_own_loss(args, kwargs)
         self.weights = weights if weights is not None else DistillationWeights()
         record = get_record(model)
         processing_class = load_tokenizer(processing_class, argument="processing_class")
         teacher_tokenizer = load_tokenizer(teacher_tokenizer, argument="teacher_tokenizer")
-        _check_tokenizers(record, processing_class, teacher_tokenizer)
+        check_tokenizers(record, processing_class, teacher_tokenizer)
         check_teacher(model, teacher_model, teacher_tokenizer, self.weights)
-        frozen = _old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
+        frozen = old_rows_frozen(record, kwargs.get("callbacks") or [], teacher_model)
         # before the Trainer is built: EmbeddingOnlyCallback splits the trainable rows off in on_init_end
         self.teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=frozen,
                                teacher_model=teacher_model, dtype=teacher_dtype)
@@ -219,7 +125,7 @@ class DistillationTrainer(Trainer):
         self.tree = piece_tree(record, rows, self.args.device) if self.weights.piece_tree else None
         self._parts: dict[str, list[float]] = defaultdict(list)
         self.schedule = TeacherSchedule(self.weights)
-        self.source = _source_replay(self.weights, processing_class, teacher_tokenizer, source_texts, max_length)
+        self.source = source_replay(self.weights, processing_class, teacher_tokenizer, source_texts, max_length)
         callback = self._embedding_callback()
         if callback is not None:  # the callback writes the run's record entry; this trainer says what it trained on
             callback.describe_objective(self.objective_entry)
