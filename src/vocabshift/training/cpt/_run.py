@@ -95,11 +95,11 @@ def trained_nothing(state: TrainerState) -> bool:
 def warn_of_unseen_rows(run: Run, rows: Any, state: TrainerState) -> None:
     """After the first `LOOKUP_STEPS` steps (one read of a device counter): warn when their batches held no id of the
     new rows, as with text tokenized by the original tokenizer (whose ids all precede the new ones)."""
-    if rows != "new" or run.ids is None or run.checked_lookups or state.global_step < min(LOOKUP_STEPS,
-                                                                                            state.max_steps):
+    if run.ids is None or run.checked_lookups or state.global_step < min(LOOKUP_STEPS, state.max_steps):
         return
     run.checked_lookups = True
-    if run.rows.lookups == 0 and state.is_world_process_zero:
+    seen = run.rows.take_lookups()  # the hook stops counting, whatever the rows
+    if rows == "new" and seen == 0 and state.is_world_process_zero:
         logger.warning(
             f"The batches of the first {state.global_step} steps hold none of the new tokens (ids "
             f"{int(run.ids[0])} to {int(run.ids[-1])}), so their rows train only to be less likely: the text was "

@@ -70,11 +70,13 @@ class TrainableRows:
     def is_split(self) -> bool:
         return bool(self._groups)
 
-    @property
-    def lookups(self) -> int | None:
-        """How many of the ids looked up since the split were trainable rows' (None once folded); reads a device
-        counter."""
-        return int(self.model.get_submodule(self._groups[0][0]).__dict__[LOOKUPS]) if self._groups else None
+    def take_lookups(self) -> int | None:
+        """How many of the ids looked up since the split were trainable rows' (one read of a device counter), and
+        stop counting: the lookup hook does no more work for it. None once folded, or taken before."""
+        if not self._groups:
+            return None
+        counter = self.model.get_submodule(self._groups[0][0]).__dict__.pop(LOOKUPS, None)
+        return None if counter is None else int(counter)
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -241,7 +243,7 @@ def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict
     slots = getattr(module, SLOTS)[ids]
     found = slots >= 0
     counter = module.__dict__.get(LOOKUPS)
-    if counter is not None:  # out of place: the model may have moved since, or run under inference_mode
+    if counter is not None:  # until taken; out of place: the model may have moved since, or run under inference_mode
         module.__dict__[LOOKUPS] = counter.to(found.device) + found.sum()
     weight = module.weight
     rows = F.embedding(slots.clamp(min=0), getattr(module, ROWS).to(weight.dtype), padding_idx=padding_slot)

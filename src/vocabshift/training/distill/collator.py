@@ -140,8 +140,10 @@ class DistillationCollator:
 
     def _warn_of_long_texts(self, lengths: list[int]) -> None:
         """Say once that texts longer than `max_length` lose their rest (raw documents given as the dataset)."""
+        if self._warned:
+            return
         long = sum(length > self.max_length for length in lengths)
-        if long and not self._warned:
+        if long:
             self._warned = True
             logger.warning(f"{long} of {len(lengths)} texts in a batch are longer than max_length={self.max_length} "
                            "tokens: the collator reads the first max_length of each and drops the rest. Pass the "
