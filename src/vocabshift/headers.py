@@ -271,8 +271,9 @@ def check_weight_map(weight_map: dict[str, str], headers: dict[str, Header], *, 
                              "download or save the model again.")
 
 
-def check_folder_files(folder: Path, files: list[str]) -> None:
-    """Every `*.safetensors` file among `files` (paths relative to `folder`) and every shard index.
+def check_folder_files(folder: Path, files: list[str]) -> dict[str, Header]:
+    """Every `*.safetensors` file among `files` (paths relative to `folder`) and every shard index; returns the
+    files' headers (by path).
 
     Raises:
         `ShardError`: naming the first file that is truncated or corrupted, or an index its shards contradict.
@@ -282,3 +283,4 @@ def check_folder_files(folder: Path, files: list[str]) -> None:
         where = PurePosixPath(index).parent
         weight_map = {key: str(where / shard) for key, shard in read_weight_map(folder / index).items()}
         check_weight_map(weight_map, headers, index=repr(str(folder / index)))
+    return headers

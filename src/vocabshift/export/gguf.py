@@ -32,7 +32,7 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import check_folder_files, load_config, missing_config, read_config, read_header
+from ..headers import Header, check_folder_files, load_config, missing_config, read_config
 from ..record import find_record
 from ..vocab.spm_file import sentencepiece_mismatch
 from ._convert import UNKNOWN_PRE_TOKENIZER
@@ -124,21 +124,20 @@ def _check_weights(folder: Path) -> None:
     if not any(name.endswith(".safetensors") for name in files):
         raise ModelFolderError(f"model_dir={str(folder)!r} has no *.safetensors weights: pass a folder written by "
                                "save_pretrained, or vocab_only=True for the vocabulary alone.")
-    check_folder_files(folder, files)
+    headers = check_folder_files(folder, files)
     if {"model.safetensors", "model.safetensors.index.json"} <= set(files):  # the converter prefers the index
         raise ModelFolderError(
             f"model_dir={str(folder)!r} holds both model.safetensors and model.safetensors.index.json: transformers "
             "loads model.safetensors, llama.cpp's converter the shards the index names, so the GGUF could hold other "
             "weights than the model. Delete the stale copy (model.safetensors, or the index with the shards it names), "
             "or convert a copy of the folder without it; vocab_only=True (--vocab-only) reads no weights.")
-    _check_rows(folder)
+    _check_rows(folder, headers)
 
 
-def _check_rows(folder: Path) -> None:
+def _check_rows(folder: Path, headers: dict[str, Header]) -> None:
     """The stored embedding rows are config.json's vocab_size, by which the converter sizes the vocabulary."""
     config = load_config(folder)
-    shapes = {name: list(info.shape) for path in folder.glob("*.safetensors")
-              for name, info in read_header(path).tensors.items()}
+    shapes = {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}
     shape, vocab_size = stored_shape(shapes, embedding_names(config).input), config.get_text_config().vocab_size
     rows = shape[0] if shape is not None and len(shape) == 2 else None
     if rows is not None and rows != vocab_size:
