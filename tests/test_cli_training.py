@@ -30,7 +30,7 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
              str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32",
              "--objective", "next_token"]
     result = run(*words)
-    assert "3 embedding-only steps" in result.stdout
+    assert "3 embedding-only steps, final loss " in result.stdout and "cross-entropy" not in result.stdout
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "trained")
     record = vocabshift.get_record(trained)
     assert record.cpt[-1]["steps"] == 3 and (tmp_path / "trained" / "cpt_loss.png").read_bytes()[:4] == b"\x89PNG"
@@ -61,7 +61,8 @@ def test_train_with_distillation(tmp_path, tokenizers_en, tokenizers_ru, ru_line
                  "--teacher-tokenizer", str(tmp_path / "source"), "--teacher-share", "0.5",
                  "--teacher-dtype", "bfloat16", "--source-weight", "0.5",
                  "--source-texts", _texts(tmp_path / "en.txt.xz", en_lines[:50]))
-    assert "2 embedding-only steps" in result.stdout
+    assert "2 embedding-only steps, final loss " in result.stdout  # the objective, and the comparable figure:
+    assert ", final next-token cross-entropy " in result.stdout
     cpt = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path / "trained")).cpt[-1]
     assert cpt["objective"]["name"] == "distillation" and cpt["objective"]["teacher_share"] == 0.5
     assert cpt["objective"]["teacher_dtype"] == "bfloat16" and cpt["objective"]["source"] == 0.5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -49,6 +50,38 @@ def test_replay_defaults_to_the_shipped_english(tokenizers_en):
     tokenizer = tokenizers_en["bytelevel"]
     shipped = join_texts(list(vocabshift.corpus.shipped_english()), tokenizer, max_length=32)  # long lines whole
     assert len(SourceReplay(tokenizer, None, max_length=32).sequences) == len(shipped)
+
+
+def test_a_read_counts_every_times_in_the_gradient_and_once_in_the_value(tokenizers_en, en_lines):
+    replay = SourceReplay(tokenizers_en["bytelevel"], en_lines[:40], max_length=16)
+    x = torch.tensor(2.0, requires_grad=True)
+    base = torch.tensor(1.0)
+    assert replay.weighed(base, None).item() == 1.0  # before the first read: nothing to carry
+    read = replay.weighed(base, 3 * x)
+    read.backward()
+    assert read.item() == pytest.approx(7.0) and x.grad.item() == pytest.approx(3 * READ_EVERY)
+    assert replay.weighed(base, None).item() == pytest.approx(7.0)  # between reads: the last read's term
+    assert SourceReplay(tokenizers_en["bytelevel"], en_lines[:40], max_length=16).state_dict()["last"] is None
+    assert replay.state_dict()["last"] == pytest.approx(6.0)
+
+
+def test_the_logged_loss_has_no_jump_at_each_read(tokenizers_en, same_script, ru_lines, en_lines, tmp_path):
+    model, tokenizer, source = _extended(tokenizers_en, same_script)
+    texts = [{"text": t} for t in pack_texts(ru_lines[:120], tokenizer, max_length=32)]
+    args = TrainingArguments(str(tmp_path), max_steps=2 * READ_EVERY, per_device_train_batch_size=2,
+                             learning_rate=1e-3, lr_scheduler_type="constant", save_strategy="no", report_to=[],
+                             use_cpu=True, seed=0, logging_steps=1)
+    weights = dataclasses.replace(DistillationWeights.next_token_only(), source=2.0)
+    trainer = DistillationTrainer(model=model, args=args, train_dataset=texts, processing_class=tokenizer,
+                                  teacher_tokenizer=source, max_length=32, source_texts=en_lines[:200],
+                                  weights=weights, callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "distill/next_token" in entry]
+    assert len(logged) == 2 * READ_EVERY and sum("distill/source" in entry for entry in logged) == 2
+    last = None
+    for entry in logged:  # the loss is next_token + 2 x the last read's source loss, on every step
+        last = entry.get("distill/source", last)
+        assert entry["loss"] == pytest.approx(entry["distill/next_token"] + 2.0 * last, rel=1e-3)
 
 
 @pytest.mark.parametrize("texts", ["one line", [], [b"bytes"]])

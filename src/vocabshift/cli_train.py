@@ -96,15 +96,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer.train()
     if not trainer.is_world_process_zero():  # under torchrun or accelerate launch: the main process writes
         return 0
-    curve = [(entry["step"], entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+    curves = _loss_curves(trainer.state.log_history)
     with atomic_folder(args.output_dir) as folder:
         model.save_pretrained(folder)
         save_tokenizer(tokenizer, folder, shown_as=args.output_dir)
-        if curve:
-            plot_curves({"training loss": curve}, folder / "cpt_loss.png", ylabel="loss (nats per token)",
-                        title=f"Embedding-only CPT, rows={args.rows}")
-    print(f"{args.output_dir}: {args.max_steps} embedding-only steps, final loss {curve[-1][1] if curve else 'n/a'}")
+        if curves:
+            plot_curves(curves, folder / "cpt_loss.png", ylabel="loss", title=f"Embedding-only CPT, rows={args.rows}")
+    finals = ", ".join(f"final {name} {points[-1][1]:.4f}" for name, points in curves.items())
+    print(f"{args.output_dir}: {args.max_steps} embedding-only steps, {finals or 'no loss logged'}")
     return 0
+
+
+def _loss_curves(history: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """The logged training loss by step, and with distillation the student's next-token cross-entropy
+    (`distill/next_token`, which compares with a cross-entropy run's loss; the objective adds the teacher's terms)."""
+    curves = {name: [(entry["step"], entry[key]) for entry in history if key in entry]
+              for name, key in (("loss", "loss"), ("next-token cross-entropy", "distill/next_token"))}
+    return {name: points for name, points in curves.items() if points}
 
 
 def training_arguments(args: argparse.Namespace, work: str) -> TrainingArguments:

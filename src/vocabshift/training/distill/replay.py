@@ -7,7 +7,7 @@ source-language text (the English lines shipped with vocabshift unless told othe
 tokenizer, and `source_loss` scores it with the input embeddings' output detached: the body runs without a graph
 (no backward through it), and the loss trains the rows only as outputs, there where they compete with the source
 language's tokens. It costs one forward of one sequence and the head's backward, every `READ_EVERY` losses
-(weighted as many times, so that its mean weight is `source`);
+(its gradient weighted as many times, so that its mean weight is `source`: `SourceReplay.weighed`);
 `DistillationTrainer` runs it in the teacher's precision (bfloat16 where the device computes it natively).
 """
 
@@ -53,18 +53,34 @@ class SourceReplay:
         self._next = 0
         self._calls = 0
         self.every = READ_EVERY  # losses per read (each read weighs that many times)
+        self.last: float | None = None  # the last read's weighted term, which the logged loss carries between reads
 
     def due(self) -> bool:
         """Whether this loss reads a sequence: the first of every `every` calls (every process calls alike)."""
         self._calls += 1
         return (self._calls - 1) % self.every == 0
 
-    def state_dict(self) -> dict[str, int]:
-        """Where the replay stands, so that a resumed run reads on as the uninterrupted one does."""
-        return {"next": self._next, "calls": self._calls}
+    def weighed(self, loss: torch.Tensor, term: torch.Tensor | None) -> torch.Tensor:
+        """`loss` with this loss's replay `term` (the weighted source loss where it read, else None).
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+        A read's gradient counts `every` times, so that the replay's mean weight per loss is its weight; the value
+        (what the Trainer logs) counts the term once, and between reads the last read's term: the logged loss is the
+        objective per step, the same over `every` steps as with the term counted `every` times, without a jump at
+        each read.
+        """
+        if term is None:
+            return loss if self.last is None else loss + self.last
+        self.last = term.item()
+        return loss + self.every * term - (self.every - 1) * term.detach()
+
+    def state_dict(self) -> dict[str, int | float | None]:
+        """Where the replay stands, so that a resumed run reads and logs on as the uninterrupted one does."""
+        return {"next": self._next, "calls": self._calls, "last": self.last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._next, self._calls = int(state["next"]), int(state["calls"])
+        last = state.get("last")  # absent: saved by an older vocabshift
+        self.last = None if last is None else float(last)
 
     def cut_differently(self, teacher_tokenizer: Any) -> bool:
         """Whether the original tokenizer cuts the source text otherwise: new tokens in the source's script (or a

@@ -189,10 +189,13 @@ class DistillationTrainer(Trainer):
         targets = teacher_targets(self.teacher, inputs, self.weights, tree=self.tree, count=count)
         loss, parts = distillation_loss(model, targets, inputs, self.weights, first_pieces=self.first_pieces,
                                         tree=self.tree, count=count)
-        if self.source is not None and self.source.due():
-            with self.teacher.precision(loss.device):  # its body only infers, as the teacher's
-                source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
-            loss, parts["source"] = loss + self.weights.source * self.source.every * source, source.item()
+        if self.source is not None:
+            term = None
+            if self.source.due():
+                with self.teacher.precision(loss.device):  # its body only infers, as the teacher's
+                    source = source_loss(self.accelerator.unwrap_model(model), self.source.batch(loss.device))
+                parts["source"], term = source.item(), self.weights.source * source
+            loss = self.source.weighed(loss, term)
         self.schedule.update(*self._shared_leads(parts.get("teacher_lead"), parts.get("teacher_text_lead")))
         for name, value in {**parts, "teacher_share": self.schedule.share}.items():
             self._parts[name].append(value)
