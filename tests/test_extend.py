@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import vocabshift
-from conftest import ARCHITECTURES, make_model
+from conftest import ARCHITECTURES, make_model, make_tokenizer
+from vocabshift.errors import NoNewTokensError
 from vocabshift.inspection import record_summary
 from vocabshift.vocab.load import fingerprint
 
@@ -193,6 +195,28 @@ def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru,
                                                                       record.to_dict().items() if key != "earlier"}]
     printed = record_summary(third)["earlier"]  # what `vocabshift inspect` prints: packed lists are not spelled out
     assert [entry["decompositions"] for entry in printed] == ["(packed)", "(packed)"]
+
+
+def test_extending_again_with_the_same_tokenizer_is_named(tokenizers_en, en_lines, ru_lines, caplog):
+    """A repeated call (a notebook cell run twice) adds only what the first call's filter left out: the tokenizer's
+    fingerprint in the record tells, and the error or the warning (before the method runs) says so."""
+    source = tokenizers_en["bytelevel"]
+    new = make_tokenizer("bytelevel", en_lines[1000:3000] + ru_lines[:500], 1200)  # Latin tokens the filter drops
+    model = make_model("qwen2-tied", source)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        first = model.extend_vocabulary(new, source_tokenizer=source, target_texts=ru_lines[:500])
+        other = vocabshift.train_tokenizer(ru_lines, like=first, vocab_size=len(first) + 200)
+        chained = make_model("qwen2-tied", source)
+        chained.extend_vocabulary(new, source_tokenizer=source, target_texts=ru_lines[:500])
+        chained.extend_vocabulary(other, source_tokenizer=first)  # another tokenizer: a chain, no warning
+    assert "extended with before" not in caplog.text
+    with pytest.raises(NoNewTokensError, match="extended with before .* keep the model and tokenizer that call"):
+        model.extend_vocabulary(new, source_tokenizer=first, target_texts=ru_lines[:500])  # the same filter
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        again = model.extend_vocabulary(new, source_tokenizer=first)  # without it: what it dropped
+    added = len(vocabshift.get_record(model).new_ids)
+    assert f"extended with before (its record keeps the fingerprint): this call adds the {added} of its" in caplog.text
+    assert f"pads to {len(again)} rows" in caplog.text
 
 
 def test_record_describes_the_extension(tokenizers_en, tokenizers_ru):

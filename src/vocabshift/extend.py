@@ -40,6 +40,7 @@ from .vocab.spm_file import attach_sentencepiece
 __all__ = ["extend_vocabulary"]
 
 logger = logging.getLogger(__name__)
+_REPEATED = "new_tokenizer is the one this model was extended with before (its record keeps the fingerprint):"
 _MODES = ("extend", "replace")
 _MAX_MULTIPLE = 65536
 
@@ -146,15 +147,19 @@ def extend_vocabulary(
     else:
         target = replacement_tokenizer(source, new)
     alignment = align(source, target, keep_source_ids=mode == "extend", new=new)
+    repeated = _extended_with(model, new)
     if not alignment.new_ids:
         raise NoNewTokensError(
-            f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): pass a "
-            "tokenizer trained on target-language text."
+            f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): "
+            + (_REPEATED + " keep the model and tokenizer that call returned." if repeated else
+               "pass a tokenizer trained on target-language text.")
         )
+    num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
+    if repeated:
+        _warn_repeated(target, alignment.new_ids, num_rows)
     context = _context(embeddings, alignment, source, target, seed, new)
     result = spec.function(context, resolve_inputs(config, new))
     check_result(result, context, method)
-    num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
     add_placeholders(target, num_rows)
     weights = assemble_weights(embeddings, alignment, result, num_rows, mode, len(source))
     tokenizers = {"source": source, "new": new, "target": target}
@@ -191,6 +196,20 @@ def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None
             100 * report.source_lines_changed, report.source_lines_checked, "shipped English" if shipped else "given",
             advice,
         )
+
+
+def _extended_with(model: Model, new: Tokenizer) -> bool:
+    """Whether the model's record (or an earlier one it keeps) was made with `new` as the new tokenizer: a repeated
+    call, as a notebook cell run twice."""
+    digest = fingerprint(new)
+    return any(entry.get("new_tokenizer_sha256") == digest for entry in earlier_records(model))
+
+
+def _warn_repeated(target: Tokenizer, new_ids: Sequence[int], rows: int) -> None:
+    shown = ", ".join(map(repr, target.convert_ids_to_tokens(list(new_ids[:3]))))
+    logger.warning(f"{_REPEATED} this call adds the {len(new_ids)} of its tokens that extension left out ({shown}...) "
+                   f"and pads to {rows} rows. If it repeats the earlier call, keep the model and tokenizer that call "
+                   "returned instead.")
 
 
 def _default_source(model: Model, source_tokenizer: TokenizerLike | None) -> TokenizerLike:
