@@ -7,26 +7,22 @@ call leaves the model as it was.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ._typing import Model, Tokenizer, TokenizerLike
-from ._version import __version__
 from .arguments import check_choice, check_count, check_flag, check_seed
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
 from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError
+from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
-from .methods import InitContext, InitResult
-from .packing import id_ranges, pack_ids
-from .record import ExtensionRecord, earlier_records, extend_command, set_record
+from .methods import InitContext
+from .record import ExtensionRecord, earlier_records, set_record
 from .registry import build_config, get_method
 from .results import check_result
 from .vocab.align import Alignment, align
@@ -43,21 +39,6 @@ logger = logging.getLogger(__name__)
 _REPEATED = "new_tokenizer is the one this model was extended with before (its record keeps the fingerprint):"
 _MODES = ("extend", "replace")
 _MAX_MULTIPLE = 65536
-
-
-@dataclass(frozen=True)
-class _Call:
-    """The arguments of one `extend_vocabulary` call, as the record keeps them."""
-
-    method: str
-    mode: str
-    seed: int
-    pad_to_multiple_of: int | None
-    keep_source_segmentation: bool
-    source_texts: bool  # lines were given (else the shipped English lines)
-    target_texts: bool  # target-language lines were given
-    new_tokenizer: str  # the path or repo id given, else a placeholder
-    method_options: dict[str, Any]
 
 
 def extend_vocabulary(
@@ -131,8 +112,8 @@ def extend_vocabulary(
     if keep_source_segmentation is None:
         keep_source_segmentation = target_texts is not None and mode == "extend"
     _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
-    call = _Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
-                 target_texts is not None, _label(new_tokenizer), _summary(method_options))
+    call = Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
+                 target_texts is not None, new_tokenizer_label(new_tokenizer), option_summary(method_options))
     check_texts = source_lines(source_texts)
     target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
@@ -163,7 +144,7 @@ def extend_vocabulary(
     add_placeholders(target, num_rows)
     weights = assemble_weights(embeddings, alignment, result, num_rows, mode, len(source))
     tokenizers = {"source": source, "new": new, "target": target}
-    record = _record(model, call, config, embeddings, tokenizers, alignment, result, report, num_rows)
+    record = build_record(model, call, config, embeddings, tokenizers, alignment, result, report, num_rows)
     attach_sentencepiece(source, target, mode=mode, lines=[*check_texts, *(target_lines or [])])
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
@@ -244,68 +225,6 @@ def _source_rows(weight: torch.Tensor, count: int) -> torch.Tensor:
     if count > present:
         rows[present:] = rows[:present].mean(dim=0, keepdim=True)
     return rows
-
-
-def _record(model: Model, call: _Call, config: Any, embeddings: Embeddings, tokenizers: dict[str, Tokenizer],
-            alignment: Alignment, result: InitResult, report: MergeReport | None, num_rows: int) -> ExtensionRecord:
-    source, target = tokenizers["source"], tokenizers["target"]
-    source_model = str(getattr(model, "name_or_path", "") or "")
-    return ExtensionRecord(
-        method=call.method,
-        mode=call.mode,
-        seed=call.seed,
-        source_model=source_model,
-        source_revision=getattr(model.config, "_commit_hash", None),
-        source_is_folder=bool(source_model) and os.path.isdir(source_model),  # from_pretrained's own test
-        old_vocab_size=len(source),
-        old_num_rows=embeddings.num_rows,
-        new_vocab_size=len(target),
-        new_num_rows=num_rows,
-        tied=embeddings.tied,
-        new_token_ranges=id_ranges(alignment.new_ids),
-        special_tokens={t: target.convert_tokens_to_ids(t) for t in target.all_special_tokens},
-        source_tokenizer_sha256=fingerprint(source),
-        new_tokenizer_sha256=fingerprint(tokenizers["new"]),
-        tokenizer_sha256=fingerprint(target),
-        decompositions={
-            "lengths": pack_ids(len(d) for d in alignment.decompositions),
-            "ids": pack_ids(i for d in alignment.decompositions for i in d),
-        },
-        shared="" if call.mode == "extend" else pack_ids(i for pair in alignment.shared for i in pair),
-        method_config=_summary({item.name: getattr(config, item.name) for item in dataclasses.fields(config)}),
-        diagnostics=result.diagnostics,
-        tokenizer_report=report.to_dict() if report else {},
-        pad_to_multiple_of=call.pad_to_multiple_of,
-        keep_source_segmentation=call.keep_source_segmentation,
-        method_options=call.method_options,
-        command=extend_command(source_model=source_model, new_tokenizer=call.new_tokenizer, method=call.method,
-                               mode=call.mode, seed=call.seed, pad_to_multiple_of=call.pad_to_multiple_of,
-                               method_options=call.method_options, source_texts=call.source_texts,
-                               target_texts=call.target_texts,
-                               keep_source_segmentation=call.keep_source_segmentation),
-        vocabshift_version=__version__,
-        earlier=earlier_records(model),
-    )
-
-
-def _label(tokenizer: Any) -> str:
-    """How the extend command names the new tokenizer: the path or repo id given, else a placeholder."""
-    return os.fspath(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else "path/to/new-tokenizer"
-
-
-def _summary(options: dict[str, Any]) -> dict[str, Any]:
-    """Options as JSON: objects (a helper model, word vectors, a list of lines) by a short label."""
-    summary: dict[str, Any] = {}
-    for name, value in options.items():
-        if value is None or isinstance(value, (str, int, float, bool)):
-            summary[name] = value
-        elif isinstance(value, os.PathLike):
-            summary[name] = os.fspath(value)
-        else:
-            label = getattr(value, "name_or_path", None) or getattr(value, "source", None)
-            size = f"{len(value)} items" if isinstance(value, (list, tuple)) else None
-            summary[name] = f"<{type(value).__name__}{': ' + str(label or size) if label or size else ''}>"
-    return summary
 
 
 def _id_map(alignment: Alignment) -> dict[int, int]:
