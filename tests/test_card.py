@@ -14,8 +14,9 @@ from huggingface_hub import HfApi, ModelCard
 
 import vocabshift
 from vocabshift.errors import ModelFolderError, RecordError
+from vocabshift.extension_record import extend_command
 from vocabshift.packing import pack_ids
-from vocabshift.record import ExtensionRecord, extend_command, find_record
+from vocabshift.record import ExtensionRecord, find_record
 from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"

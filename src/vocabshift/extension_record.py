@@ -4,7 +4,9 @@ fingerprints, the new ids and their decompositions, the method's configuration a
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,12 +15,12 @@ from ._version import __version__
 from .embeddings import Embeddings
 from .methods import InitResult
 from .packing import id_ranges, pack_ids
-from .record import ExtensionRecord, earlier_records, extend_command
+from .record import OUTPUT_PLACEHOLDER, ExtensionRecord, earlier_records
 from .vocab.align import Alignment
 from .vocab.load import fingerprint
 from .vocab.merge import MergeReport
 
-__all__ = ["Call", "build_record", "new_tokenizer_label", "option_summary"]
+__all__ = ["Call", "build_record", "extend_command", "new_tokenizer_label", "option_summary"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +100,24 @@ def option_summary(options: dict[str, Any]) -> dict[str, Any]:
             size = f"{len(value)} items" if isinstance(value, (list, tuple)) else None
             summary[name] = f"<{type(value).__name__}{': ' + str(label or size) if label or size else ''}>"
     return summary
+
+
+def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: str, seed: int,
+                   pad_to_multiple_of: int | None, method_options: Mapping[str, Any],
+                   keep_source_segmentation: bool, source_texts: bool, target_texts: bool = False) -> list[str]:
+    """The `vocabshift extend` command equivalent to an `extend_vocabulary` call (output: `OUTPUT_PLACEHOLDER`).
+
+    `source_texts` / `target_texts` say whether lines were given (the command then names a file to write them into).
+    """
+    words = ["vocabshift", "extend", source_model or "path/to/base-model", new_tokenizer, OUTPUT_PLACEHOLDER,
+             "--method", method, "--mode", mode, "--seed", str(seed)]
+    words += ["--pad-to-multiple-of", str(pad_to_multiple_of or 1)]  # the CLI's default pads, None did not
+    for key, value in sorted(method_options.items()):
+        words += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    if source_texts:
+        words += ["--source-texts", "path/to/source-texts.txt"]
+    if target_texts:
+        words += ["--target-texts", "path/to/target-texts.txt"]
+    if keep_source_segmentation != target_texts:  # --target-texts alone turns it on
+        words.append("--keep-source-segmentation" if keep_source_segmentation else "--no-keep-source-segmentation")
+    return words

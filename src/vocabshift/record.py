@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ __all__ = [
     "add_cpt_entry",
     "add_evaluation",
     "earlier_records",
-    "extend_command",
     "find_record",
     "get_record",
     "has_record",
@@ -301,24 +299,3 @@ def propagated(record: ExtensionRecord, entry: Mapping[str, Any], *, tokenizer_s
     return dataclasses.replace(record, new_vocab_size=vocab_size, new_num_rows=num_rows,
                                tokenizer_sha256=tokenizer_sha256, special_tokens=special_tokens,
                                propagation=[*record.propagation, dict(entry)])
-
-
-def extend_command(*, source_model: str, new_tokenizer: str, method: str, mode: str, seed: int,
-                   pad_to_multiple_of: int | None, method_options: Mapping[str, Any],
-                   keep_source_segmentation: bool, source_texts: bool, target_texts: bool = False) -> list[str]:
-    """The `vocabshift extend` command equivalent to an `extend_vocabulary` call (output: `OUTPUT_PLACEHOLDER`).
-
-    `source_texts` / `target_texts` say whether lines were given (the command then names a file to write them into).
-    """
-    words = ["vocabshift", "extend", source_model or "path/to/base-model", new_tokenizer, OUTPUT_PLACEHOLDER,
-             "--method", method, "--mode", mode, "--seed", str(seed)]
-    words += ["--pad-to-multiple-of", str(pad_to_multiple_of or 1)]  # the CLI's default pads, None did not
-    for key, value in sorted(method_options.items()):
-        words += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-    if source_texts:
-        words += ["--source-texts", "path/to/source-texts.txt"]
-    if target_texts:
-        words += ["--target-texts", "path/to/target-texts.txt"]
-    if keep_source_segmentation != target_texts:  # --target-texts alone turns it on
-        words.append("--keep-source-segmentation" if keep_source_segmentation else "--no-keep-source-segmentation")
-    return words
