@@ -15,29 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
 from ..arguments import check_count, check_output_path, check_positions, check_rate, check_seed, check_texts
 from ..atomic import atomic_write_text
-from ..embeddings import check_tokenizer, find_embeddings
+from ..embeddings import check_tokenizer
 from ..errors import InvalidArgumentError, ModelFolderError
 from ..extend import extend_vocabulary
-from ..record import get_record
 from ..registry import build_config, get_method
 from ..vocab.load import load_tokenizer
-from .cpt.freeze import ROW_CHOICES, freeze_for_embedding_training
-from .distill.collator import default_collator
-from .distill.objective import distillation_loss, teacher_targets
-from .distill.pieces import first_pieces, piece_tree
-from .distill.schedule import TeacherSchedule
-from .distill.teacher import Teacher
+from ._probe_loop import Batches, train_probe_run
+from .cpt.freeze import ROW_CHOICES
 from .distill.weights import DistillationWeights
 from .evaluation import eval_mode
 from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
-from .texts import pack_texts
 
 __all__ = ["ProbeResult", "check_output_dir", "probe"]
 
@@ -203,10 +196,10 @@ def probe(
         candidate = copy.deepcopy(model)
         tokenizer = extend_vocabulary(candidate, new_tokenizer, method=method, mode=mode, source_tokenizer=source,
                                       seed=seed, **options.get(method, {}))
-        data = data or _Batches(model, tokenizer, source, train_texts, steps, batch_size, context_length, seed)
+        data = data or Batches(model, tokenizer, source, train_texts, steps, batch_size, context_length, seed)
         name = method if len(weights) == 1 else f"{method} / {label}"
-        curves[name] = _train(candidate, tokenizer, data, objective, held_out_texts, rows=rows, eval_every=eval_every,
-                              lr=learning_rate, weight_decay=weight_decay, seed=seed)
+        curves[name] = train_probe_run(candidate, tokenizer, data, objective, held_out_texts, rows=rows,
+                                       eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed)
         seconds[name] = time.perf_counter() - start
         del candidate
     settings = {"steps": steps, "batch_size": batch_size, "context_length": context_length, "rows": rows,
@@ -247,54 +240,6 @@ def _label(objective: Any) -> str:
     if isinstance(objective, DistillationWeights):
         return "distillation(" + ", ".join(f"{k}={v:g}" for k, v in objective.to_dict().items()) + ")"
     return str(objective)
-
-
-class _Batches:
-    """The probe's batches, the same for every run, and the teacher (the model passed in, which never changes)."""
-
-    def __init__(self, teacher_model: Any, tokenizer: Any, source: Any, texts: Sequence[str], steps: int,
-                 batch_size: int, length: int, seed: int) -> None:
-        packed = pack_texts(texts, tokenizer, max_length=length)
-        generator = torch.Generator().manual_seed(seed)
-        order = torch.cat([torch.randperm(len(packed), generator=generator, device="cpu")
-                           for _ in range(-(-steps * batch_size // len(packed)))]).tolist()
-        collate = default_collator(teacher_model, None, tokenizer, source, length)
-        self.batches = [collate([packed[i] for i in order[step * batch_size : (step + 1) * batch_size]])
-                        for step in range(steps)]
-        self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True, dtype="auto")
-
-
-def _train(model: Any, tokenizer: Any, data: _Batches, weights: DistillationWeights, held_out: Sequence[str], *,
-           rows: str, eval_every: int, lr: float, weight_decay: float, seed: int) -> list[tuple[int, float]]:
-    """Embedding-only AdamW steps; held-out bits per byte at step 0, every `eval_every` steps, and the end."""
-    def score() -> float:
-        with eval_mode(model):
-            return bits_per_byte(model, tokenizer, held_out)
-
-    trainable = freeze_for_embedding_training(model, rows=rows)
-    optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)
-    device = trainable.parameters[0].device
-    record, rows_count = get_record(model), find_embeddings(model).num_rows
-    pieces = first_pieces(record, rows_count, device)
-    tree = piece_tree(record, rows_count, device) if weights.piece_tree else None
-    curve, schedule = [(0, score())], TeacherSchedule(weights)
-    model.train()
-    with trainable, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for step, batch in enumerate(tqdm(data.batches, desc="Embedding-only steps", leave=False), 1):
-            batch = {name: tensor.to(device) for name, tensor in batch.items()}
-            count = schedule.count(len(batch["input_ids"]))
-            with eval_mode(data.teacher.model):
-                targets = teacher_targets(data.teacher, batch, weights, tree=tree, count=count)
-            loss, parts = distillation_loss(model, targets, batch, weights, first_pieces=pieces, tree=tree,
-                                            count=count)
-            loss.backward()
-            schedule.update(parts.get("teacher_lead"), parts.get("teacher_text_lead"))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if step % eval_every == 0 or step == len(data.batches):
-                curve.append((step, score()))
-    return curve
 
 
 def check_output_dir(output_dir: Any, **inputs: Any) -> Path:
