@@ -208,6 +208,12 @@ def _after_a_run(w, **entry):
     return model
 
 
+def _on_meta(w):
+    """A model of the shared one's architecture built on the meta device, as under init_empty_weights."""
+    with torch.device("meta"):
+        return make_model("qwen2-tied", w.source)
+
+
 E = errors
 API = {
     # extend_vocabulary
@@ -748,6 +754,11 @@ API = {
     "propagate under a file": (lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
                                                               w.root / "extended", output_dir=w.root / "file.txt/o"),
                                E.InvalidArgumentError, "file.txt/o' cannot be written"),
+    "bits_per_byte of a model on the meta device": (  # the fix named extend_vocabulary, which this call is not
+        lambda w: bits_per_byte(_on_meta(w), w.source, w.ru[:2]), E.UnsupportedModelError,
+        "Qwen2ForCausalLM holds its input embeddings on the meta device: the values are not loaded (a model built "
+        "under torch.device('meta') or init_empty_weights, or offloaded by device_map / cpu_offload). Load the "
+        "weights first: from_pretrained(...) without a device_map that offloads, then pass that model."),
     "probe under a file (before training)": (lambda w: vocabshift.probe(
         w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"], steps=1, output_dir=w.root / "file.txt" / "probe"),
         E.InvalidArgumentError, "file.txt' is a file, not a folder"),
