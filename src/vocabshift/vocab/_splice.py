@@ -62,23 +62,25 @@ def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[s
     """
     vocab, merges = state["model"]["vocab"], state["model"]["merges"]
     first, added, pending = next_id(state), list[str](), list[str]()
-    for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some)
-        for char in native if piece in wanted else ():  # those of longer pieces too: without 'э' the model would
-            if char not in vocab and (len(native) == 1 or allowed(char)):  # cut 'элемент' into byte pieces
+    for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some), those of
+        if piece not in wanted or _BYTE_PIECE.fullmatch(native):  # longer pieces too: without 'э' the model would
+            continue  # cut 'элемент' into byte pieces
+        for char in native:
+            if char not in vocab and (len(native) == 1 or allowed(char)):
                 vocab[char] = first + len(added)
                 added.append(char)
     for left, right in merge_pairs(new_state["model"]):
-        a, b, native = natives.get(left), natives.get(right), natives.get(left + right)
-        if left + right not in wanted or a is None or b is None or native is None or native in vocab:
+        a, b, joined = natives.get(left), natives.get(right), natives.get(left + right)
+        if left + right not in wanted or a is None or b is None or joined is None or joined in vocab:
             continue
         # the parts' spellings need not add up to the piece's: byte-level 'Ñ' + 'į' are SentencePiece '<0xD1>' and
         # '<0x8D>', but the piece is 'э' (a merge of the two would make a piece that reads '<0xD1><0x8D>')
-        if a + b == native and a in vocab and b in vocab:
-            vocab[native] = first + len(added)
+        if a + b == joined and a in vocab and b in vocab:
+            vocab[joined] = first + len(added)
             merges.append([a, b])
-            added.append(native)
+            added.append(joined)
         else:
-            pending.append(native)
+            pending.append(joined)
     dead = _repair(state, added + pending, allowed)
     drop_pieces(state, dead, first_new_id=first)
     return len(dead)
