@@ -400,6 +400,10 @@ API = {
     "streamed dataset without text column": (
         _distill(train_dataset=At(lambda w: IterableDataset.from_generator(_content_rows))), E.InvalidArgumentError,
         "e.g. dataset.rename_column('content', 'text')"),
+    "dataset whose text column has a gap": (  # the fix was "rename_column('text', 'text')"
+        _distill(train_dataset=At(lambda w: Dataset.from_dict({"text": [w.ru[0], None, w.ru[1], w.ru[2]]}))),
+        E.InvalidArgumentError, "A training example's 'text' is None (a NoneType), not a string: drop such rows, e.g. "
+        "dataset.filter(lambda row: isinstance(row['text'], str)"),
     # saving, propagating, publishing, inspecting
     "save model=None": (lambda w: vocabshift.save_pretrained_atomic(None, w.source, w.root / "out-1"),
                         E.InvalidArgumentTypeError, "model is a NoneType"),
