@@ -677,6 +677,10 @@ API = {
                          E.InvalidArgumentTypeError, "llama_cpp=3 is a int"),
     "probe objectives=5": (lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"],
                                                       objectives=5), E.InvalidArgumentError, "objectives=5 is invalid"),
+    "probe method_options of a number": (  # dict(3) raised a raw TypeError
+        lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["subword"],
+                                   method_options={"subword": 3}), E.InvalidArgumentError,
+        "method_options['subword']=3 is invalid: pass a dict of that method's options"),
     "probe method_options='x'": (lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"],
                                                             method_options="x"),
                                  E.InvalidArgumentError, "method_options='x' is invalid: pass a dict"),
