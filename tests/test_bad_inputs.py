@@ -759,6 +759,12 @@ API = {
     "save under a file": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.extended_tokenizer,
                                                                       w.root / "file.txt" / "a" / "out"),
                           E.InvalidArgumentError, "file.txt' is a file, not a folder"),
+    "propagate a loaded model": (  # the message held the repr of the whole module tree
+        lambda w: vocabshift.propagate(w.extended, w.model, w.model, output_dir=w.root / "out-15"),
+        E.InvalidArgumentTypeError, "adapted is a Qwen2ForCausalLM object: this step reads saved folders, so save it "
+        "first (its save_pretrained(folder), or vocabshift.save_pretrained_atomic"),
+    "inspect a loaded tokenizer": (lambda w: vocabshift.inspect_folder(w.source), E.InvalidArgumentTypeError,
+                                   " object: this step reads saved folders, so save it first"),
     "propagate under a file": (lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
                                                               w.root / "extended", output_dir=w.root / "file.txt/o"),
                                E.InvalidArgumentError, "file.txt/o' cannot be written"),
