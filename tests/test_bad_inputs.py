@@ -288,6 +288,10 @@ API = {
     "option of a wrong value": (_extend(input_weighting=3), E.MethodOptionError, "Option input_weighting=3"),
     "option of another method": (_extend(method="mean", input_weighting="uniform"), E.MethodOptionError,
                                  "Unknown option 'input_weighting' for method 'mean'"),
+    "focus corpus of one word": (  # the fix was a smaller min_count, which extend_vocabulary does not take
+        _extend(method="focus", corpus=["привет"]), E.CorpusError,
+        "a smaller min_count (now 10): extend_vocabulary's corpus= option takes none, so there train the vectors with "
+        "train_word_vectors(corpus, tokenizer=new_tokenizer, min_count=...) and pass them as word_vectors="),
     "focus without vectors": (_extend(method="focus"), E.MethodOptionError, "focus"),
     "model=str": (lambda w: vocabshift.extend_vocabulary("model", w.new, source_tokenizer=w.source),
                   E.UnsupportedModelError, "str has no input embedding matrix"),
