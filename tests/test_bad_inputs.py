@@ -208,6 +208,12 @@ def _after_a_run(w, **entry):
     return model
 
 
+def _on_meta(w):
+    """A model of the shared one's architecture built on the meta device, as under init_empty_weights."""
+    with torch.device("meta"):
+        return make_model("qwen2-tied", w.source)
+
+
 E = errors
 API = {
     # extend_vocabulary
@@ -282,6 +288,10 @@ API = {
     "option of a wrong value": (_extend(input_weighting=3), E.MethodOptionError, "Option input_weighting=3"),
     "option of another method": (_extend(method="mean", input_weighting="uniform"), E.MethodOptionError,
                                  "Unknown option 'input_weighting' for method 'mean'"),
+    "focus corpus of one word": (  # the fix was a smaller min_count, which extend_vocabulary does not take
+        _extend(method="focus", corpus=["привет"]), E.CorpusError,
+        "a smaller min_count (now 10): extend_vocabulary's corpus= option takes none, so there train the vectors with "
+        "train_word_vectors(corpus, tokenizer=new_tokenizer, min_count=...) and pass them as word_vectors="),
     "focus without vectors": (_extend(method="focus"), E.MethodOptionError, "focus"),
     "model=str": (lambda w: vocabshift.extend_vocabulary("model", w.new, source_tokenizer=w.source),
                   E.UnsupportedModelError, "str has no input embedding matrix"),
@@ -394,6 +404,10 @@ API = {
     "streamed dataset without text column": (
         _distill(train_dataset=At(lambda w: IterableDataset.from_generator(_content_rows))), E.InvalidArgumentError,
         "e.g. dataset.rename_column('content', 'text')"),
+    "dataset whose text column has a gap": (  # the fix was "rename_column('text', 'text')"
+        _distill(train_dataset=At(lambda w: Dataset.from_dict({"text": [w.ru[0], None, w.ru[1], w.ru[2]]}))),
+        E.InvalidArgumentError, "A training example's 'text' is None (a NoneType), not a string: drop such rows, e.g. "
+        "dataset.filter(lambda row: isinstance(row['text'], str)"),
     # saving, propagating, publishing, inspecting
     "save model=None": (lambda w: vocabshift.save_pretrained_atomic(None, w.source, w.root / "out-1"),
                         E.InvalidArgumentTypeError, "model is a NoneType"),
@@ -667,6 +681,10 @@ API = {
                          E.InvalidArgumentTypeError, "llama_cpp=3 is a int"),
     "probe objectives=5": (lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"],
                                                       objectives=5), E.InvalidArgumentError, "objectives=5 is invalid"),
+    "probe method_options of a number": (  # dict(3) raised a raw TypeError
+        lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["subword"],
+                                   method_options={"subword": 3}), E.InvalidArgumentError,
+        "method_options['subword']=3 is invalid: pass a dict of that method's options"),
     "probe method_options='x'": (lambda w: vocabshift.probe(w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"],
                                                             method_options="x"),
                                  E.InvalidArgumentError, "method_options='x' is invalid: pass a dict"),
@@ -745,9 +763,20 @@ API = {
     "save under a file": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.extended_tokenizer,
                                                                       w.root / "file.txt" / "a" / "out"),
                           E.InvalidArgumentError, "file.txt' is a file, not a folder"),
+    "propagate a loaded model": (  # the message held the repr of the whole module tree
+        lambda w: vocabshift.propagate(w.extended, w.model, w.model, output_dir=w.root / "out-15"),
+        E.InvalidArgumentTypeError, "adapted is a Qwen2ForCausalLM object: this step reads saved folders, so save it "
+        "first (its save_pretrained(folder), or vocabshift.save_pretrained_atomic"),
+    "inspect a loaded tokenizer": (lambda w: vocabshift.inspect_folder(w.source), E.InvalidArgumentTypeError,
+                                   " object: this step reads saved folders, so save it first"),
     "propagate under a file": (lambda w: vocabshift.propagate(w.root / "extended", w.root / "extended",
                                                               w.root / "extended", output_dir=w.root / "file.txt/o"),
                                E.InvalidArgumentError, "file.txt/o' cannot be written"),
+    "bits_per_byte of a model on the meta device": (  # the fix named extend_vocabulary, which this call is not
+        lambda w: bits_per_byte(_on_meta(w), w.source, w.ru[:2]), E.UnsupportedModelError,
+        "Qwen2ForCausalLM holds its input embeddings on the meta device: the values are not loaded (a model built "
+        "under torch.device('meta') or init_empty_weights, or offloaded by device_map / cpu_offload). Load the "
+        "weights first: from_pretrained(...) without a device_map that offloads, then pass that model."),
     "probe under a file (before training)": (lambda w: vocabshift.probe(
         w.model, w.new, w.ru[:8], w.ru[8:10], methods=["mean"], steps=1, output_dir=w.root / "file.txt" / "probe"),
         E.InvalidArgumentError, "file.txt' is a file, not a folder"),

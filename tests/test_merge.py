@@ -132,6 +132,18 @@ def test_different_model_kinds_are_refused(tokenizers_en, tokenizers_ru):
         merge_tokenizers(tokenizers_en["bytelevel"], tokenizers_ru["unigram"])
 
 
+@pytest.mark.parametrize(("old", "new"), [("sentencepiece", "bytelevel"), ("bytelevel", "sentencepiece")])
+def test_bpe_of_another_spelling_round_trips(tokenizers_en, tokenizers_ru, en_held, ru_held, old, new):
+    """A byte-level BPE merged into a SentencePiece BPE with byte fallback: 'э', which the old vocabulary lacks, was
+    spelled as its byte pieces and joined into a piece '▁<0xD1><0x8D>лемент', so 'элемент' came back from decode as
+    '<0xD1><0x8D>лемент', silently. No new piece may read as byte-piece text."""
+    merged, report = merge_tokenizers(tokenizers_en[old], tokenizers_ru[new])
+    assert report.tokens_added > 0
+    assert not [piece for piece in merged.get_vocab() if len(piece) > 6 and "<0x" in piece]
+    for text in [*en_held, *ru_held, "Укажите элементы для включения"]:
+        assert _round_trip(merged, text) == text
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_train_tokenizer_like_gives_a_mergeable_tokenizer(tokenizers_en, ru_lines, family):
     old = tokenizers_en[family]

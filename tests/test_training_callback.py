@@ -177,6 +177,30 @@ def test_second_stage_unfreezes_the_body_after_the_step(tokenizers_en, tokenizer
     assert vocabshift.get_record(model).cpt[-1]["second_stage"]["mode"] == ("full" if lora is None else "lora")
 
 
+@pytest.mark.parametrize(("options", "named"), [
+    ({"target_modules": ["embed_tokens", "q_proj"]}, "input embeddings (target_modules="),
+    ({"target_modules": ["q_proj", "lm_head"]}, "output head (target_modules="),
+    ({"target_modules": ["q_proj"], "modules_to_save": ["embed_tokens"]},
+     "input embeddings (modules_to_save=['embed_tokens'])"),
+    ({"target_modules": ["q_proj"], "trainable_token_indices": [1, 2]}, "input embeddings (trainable_token_indices="),
+])
+def test_a_second_stage_lora_on_the_embeddings_leaves_the_model_as_it_was(tokenizers_en, tokenizers_ru, tmp_path,
+                                                                          options, named):
+    """peft injected the adapters into the model in place, then the row split failed with a message telling the user
+    to call extend_vocabulary before get_peft_model (neither of which they had done); the model was left with LoRA
+    layers, its body frozen, and (modules_to_save on a tied model) untied by peft's unload."""
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    before, modules = snapshot(model), [type(module) for module in model.modules()]
+    stage = SecondStage(after_step=1, lora=LoraConfig(r=2, **options))
+    with pytest.raises(InvalidArgumentError, match="SecondStage's LoraConfig would wrap Qwen2ForCausalLM's") as info:
+        Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback(second_stage=stage)])
+    assert named in str(info.value) and "target_modules=['down_proj', 'gate_proj'" in str(info.value)
+    assert [type(module) for module in model.modules()] == modules and not hasattr(model, "peft_config")
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert all(p.requires_grad and torch.equal(p, before[name]) for name, p in model.named_parameters())
+    assert set(snapshot(model)) == set(before)
+
+
 @pytest.mark.parametrize(("after_step", "warned"), [(3, True), (2, False)])
 def test_warns_of_a_second_stage_past_the_run(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, caplog, after_step,
                                               warned):

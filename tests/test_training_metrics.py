@@ -73,3 +73,14 @@ def test_metrics_refuse_texts_without_text(scored):
         bits_per_byte(model, tokenizer, ["", ""])
     ids, nll = token_nll(model, tokenizer, ["", "две строки", ""])
     assert len(ids) == len(nll) == len(tokenizer("две строки", add_special_tokens=False)["input_ids"])
+
+
+def test_a_model_in_train_mode_is_scored_without_dropout(tokenizers_en, en_held):
+    """A loop that scores between steps passes its model in train mode: scoring must not go through dropout (GPT-2's
+    0.1 gave a different figure at each call), and the model is given back in train mode."""
+    tokenizer = tokenizers_en["bytelevel"]
+    model = make_model("gpt2-tied", tokenizer)
+    expected = bits_per_byte(model, tokenizer, en_held[:4])
+    model.train()
+    assert [bits_per_byte(model, tokenizer, en_held[:4]) for _ in range(2)] == [expected] * 2
+    assert model.training and all(module.training for module in model.modules())

@@ -356,3 +356,17 @@ def test_ofa_leave_one_out_weights_never_pick_the_query_itself():
     assert 1 in weights.cols[weights.rows == 0].tolist()
     plain, _ = ofa_weights(keys, keys, neighbors=4, temperature=0.1)
     assert (plain.cols == plain.rows).sum() >= 29
+
+
+def test_salt_norm_guard_wider_than_the_dtype_bounds_nothing(tokenizers_en, tokenizers_ru, method_options):
+    """norm_guard=1e300 (finite, > 1: accepted) put median * guard past float32's range, and torch's clamp raised a
+    raw RuntimeError; it guards nothing, as None does."""
+    source, new = tokenizers_en["sentencepiece"], tokenizers_ru["sentencepiece"]
+    rows = []
+    for guard in (1e300, None):
+        model = make_model("llama-untied", source)
+        model.extend_vocabulary(new, method="salt", source_tokenizer=source,
+                                **{**method_options("salt", "sentencepiece"), "norm_guard": guard})
+        rows.append(model.get_input_embeddings().weight.detach())
+        assert vocabshift.get_record(model).diagnostics["norm_guarded"] in ([0, 0], [0], 0)
+    assert torch.equal(rows[0], rows[1])

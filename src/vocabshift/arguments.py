@@ -120,8 +120,13 @@ def lone_surrogate(text: str) -> str | None:
 
 def check_path(value: Any, *, name: str) -> Path:
     """A non-empty `str` or `os.PathLike`, as a `Path`."""
+    if hasattr(value, "save_pretrained"):  # its repr would be the whole module tree or vocabulary
+        raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__} object: this step reads saved folders, "
+                                       "so save it first (its save_pretrained(folder), or "
+                                       "vocabshift.save_pretrained_atomic for a model and its tokenizer) and pass "
+                                       "that folder.")
     if not isinstance(value, (str, os.PathLike)):
-        raise InvalidArgumentTypeError(f"{name}={value!r} is a {type(value).__name__}: pass a path (str or "
+        raise InvalidArgumentTypeError(f"{name}={value!r:.80} is a {type(value).__name__}: pass a path (str or "
                                        "pathlib.Path).")
     if not str(value):
         raise InvalidArgumentError(f"{name} is an empty path: pass a path.")

@@ -158,8 +158,8 @@ def _check_materialized(model: Model, weights: dict[str, torch.Tensor | None]) -
             raise UnsupportedModelError(
                 f"{type(model).__name__} holds its {what} on the meta device: the values are not loaded (a model "
                 "built under torch.device('meta') or init_empty_weights, or offloaded by device_map / cpu_offload). "
-                "Load the weights first: from_pretrained(...) without a device_map that offloads, then call "
-                "extend_vocabulary."
+                "Load the weights first: from_pretrained(...) without a device_map that offloads, then pass that "
+                "model."
             )
 
 

@@ -148,7 +148,9 @@ def _check_run(result: subprocess.CompletedProcess[str], settings: dict[str, Any
     if result.returncode:
         raise CorpusError(
             f"fastText could not train on the corpus ({documents} documents): {result.stdout.strip()} "
-            f"Pass more text, or a smaller min_count (now {settings['minCount']})."
+            f"Pass more text, or a smaller min_count (now {settings['minCount']}): extend_vocabulary's corpus= option "
+            "takes none, so there train the vectors with train_word_vectors(corpus, tokenizer=new_tokenizer, "
+            "min_count=...) and pass them as word_vectors=."
         )
 
 

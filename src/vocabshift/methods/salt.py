@@ -262,6 +262,7 @@ def _guard(rows: torch.Tensor, matrix: torch.Tensor, guard: float | None) -> tup
         return rows, 0
     median = median_norm(matrix)
     norms = rows.norm(dim=1)
-    target = norms.clamp(median / guard, median * guard)
+    # a guard so wide that median * guard leaves the dtype's range (1e300) bounds nothing above
+    target = norms.clamp(median / guard, min(median * guard, torch.finfo(norms.dtype).max))
     changed = target != norms
     return rows * (target / norms.clamp_min(1e-12))[:, None], int(changed.sum())

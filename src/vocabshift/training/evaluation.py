@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import check_causal_lm, default_prefix, text_bytes, token_nll
+from .metrics import check_causal_lm, default_prefix, eval_mode, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
 
@@ -198,8 +197,7 @@ def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, 
 
 def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str], options: dict[str, Any]
            ) -> ModelScores:
-    with eval_mode(model):
-        ids, nll = token_nll(model, tokenizer, texts, **options)
+    ids, nll = token_nll(model, tokenizer, texts, **options)
     new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
@@ -220,14 +218,3 @@ def _mean(values: torch.Tensor) -> float | None:
 
 def _fmt(value: float | None, digits: int) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
-
-
-@contextlib.contextmanager
-def eval_mode(model: Model) -> Iterator[None]:
-    """Score without dropout, then give the model back in the mode it was in."""
-    training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(training)

@@ -7,8 +7,9 @@ text into more tokens fewer bytes of context, and so a worse score that says not
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,7 @@ from ..embeddings import Embeddings, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
 from ..vocab.load import load_tokenizer
 
-__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "text_bytes", "token_nll"]
+__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "eval_mode", "text_bytes", "token_nll"]
 
 
 @torch.no_grad()
@@ -156,11 +157,23 @@ def _batched_nll(model: Model, windows: list[list[int]], batch_size: int) -> lis
     order = sorted(range(len(windows)), key=lambda index: -len(windows[index]))
     losses = [torch.zeros(0)] * len(windows)
     device = next(model.parameters()).device
-    for start in tqdm(range(0, len(order), batch_size), desc="Scoring held-out text", leave=False):
-        rows = order[start : start + batch_size]
-        for row, nll in zip(rows, _window_nll(model, [windows[row] for row in rows], device)):
-            losses[row] = nll
+    with eval_mode(model):  # a model in train mode (a loop scoring between steps) would score through dropout
+        for start in tqdm(range(0, len(order), batch_size), desc="Scoring held-out text", leave=False):
+            rows = order[start : start + batch_size]
+            for row, nll in zip(rows, _window_nll(model, [windows[row] for row in rows], device)):
+                losses[row] = nll
     return losses
+
+
+@contextlib.contextmanager
+def eval_mode(model: Model) -> Iterator[None]:
+    """Score without dropout, then give the model back in the mode it was in."""
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
 
 
 def _window_nll(model: Model, windows: list[list[int]], device: torch.device) -> list[torch.Tensor]:

@@ -219,9 +219,14 @@ def _check(methods: Any, method_options: Any) -> dict[str, Any]:
         raise InvalidArgumentError(f"method_options={method_options!r:.60} is invalid: pass a dict of method name to "
                                    "its options, e.g. {'subword': {'input_weighting': 'uniform'}}.")
     options = dict(method_options or {})
-    unknown = sorted(set(options) - set(methods))
+    unknown = sorted(set(options) - set(methods), key=repr)
     if unknown:
         raise InvalidArgumentError(f"method_options names {unknown}, which are not in methods={list(methods)}.")
+    wrong = next((name for name, value in options.items() if not isinstance(value, Mapping)), None)
+    if wrong is not None:
+        raise InvalidArgumentError(f"method_options[{wrong!r}]={options[wrong]!r:.60} is invalid: pass a dict of "
+                                   "that method's options, e.g. {'subword': {'input_weighting': 'uniform'}}, or {} "
+                                   "for its defaults.")
     for method in methods:  # unknown names and bad options fail now, not after other methods have trained
         build_config(get_method(method), dict(options.get(method, {})))
     return options

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -12,6 +13,9 @@ from tokenizers import models
 
 __all__ = ["append_unigram", "append_wordpiece", "built_from", "drop_pieces", "drop_unreachable", "merge_pairs",
            "next_id", "splice_bpe"]
+
+
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
 
 
 def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
@@ -58,20 +62,25 @@ def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[s
     """
     vocab, merges = state["model"]["vocab"], state["model"]["merges"]
     first, added, pending = next_id(state), list[str](), list[str]()
-    for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some)
-        if piece in wanted and len(native) == 1 and native not in vocab:
-            vocab[native] = first + len(added)
-            added.append(native)
+    for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some), those of
+        if piece not in wanted or _BYTE_PIECE.fullmatch(native):  # longer pieces too: without 'э' the model would
+            continue  # cut 'элемент' into byte pieces
+        for char in native:
+            if char not in vocab and (len(native) == 1 or allowed(char)):
+                vocab[char] = first + len(added)
+                added.append(char)
     for left, right in merge_pairs(new_state["model"]):
-        a, b = natives.get(left), natives.get(right)
-        if left + right not in wanted or a is None or b is None or a + b in vocab:
+        a, b, joined = natives.get(left), natives.get(right), natives.get(left + right)
+        if left + right not in wanted or a is None or b is None or joined is None or joined in vocab:
             continue
-        if a in vocab and b in vocab:
-            vocab[a + b] = first + len(added)
+        # the parts' spellings need not add up to the piece's: byte-level 'Ñ' + 'į' are SentencePiece '<0xD1>' and
+        # '<0x8D>', but the piece is 'э' (a merge of the two would make a piece that reads '<0xD1><0x8D>')
+        if a + b == joined and a in vocab and b in vocab:
+            vocab[joined] = first + len(added)
             merges.append([a, b])
-            added.append(a + b)
+            added.append(joined)
         else:
-            pending.append(a + b)
+            pending.append(joined)
     dead = _repair(state, added + pending, allowed)
     drop_pieces(state, dead, first_new_id=first)
     return len(dead)
@@ -127,6 +136,8 @@ def _build(state: dict[str, Any], piece: str, produced: list[str], allowed: Call
     (a merge result that could occur in source-language text would change how it is cut); give up otherwise. New
     pieces take their ids from `ids`."""
     vocab, merges, sequence = state["model"]["vocab"], state["model"]["merges"], list(produced)
+    if state["model"].get("byte_fallback") and any(_BYTE_PIECE.match(part) for part in sequence):
+        return  # a merge of '<0xD1>' and '<0x8D>' makes a piece that reads '<0xD1><0x8D>', not 'э'
     while len(sequence) > 1:
         index = next((i for i in range(len(sequence) - 1) if allowed(sequence[i] + sequence[i + 1])), None)
         if index is None:

@@ -66,23 +66,49 @@ def inject_lora(model: Model, config: Any, *, seed: int) -> Any:
         The peft tuner (keep it for `merge_lora`).
 
     Raises:
-        `InvalidArgumentError`: the config's `target_modules` name no module of `model`.
+        `InvalidArgumentError`: the config's `target_modules` name no module of `model`, or the config would wrap the
+            input embeddings or the output head (checked before anything is injected).
     """
     from peft.tuners.lora import LoraModel
     from peft.utils.error import NoMatchingPeftModuleError
 
+    head = model.get_output_embeddings()
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                     if isinstance(module, torch.nn.Linear) and module is not head})
+    _check_body_only(model, config, linear)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
             return LoraModel(model, config, "default")
         except NoMatchingPeftModuleError:
-            head = model.get_output_embeddings()
-            linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                             if isinstance(module, torch.nn.Linear) and module is not head})
             raise InvalidArgumentError(
                 f"SecondStage's LoraConfig(target_modules={config.target_modules!r}) names no module of "
                 f"{type(model).__name__}: pass names of its linear layers, e.g. {linear[:6]}."
             ) from None
+
+
+def _check_body_only(model: Model, config: Any, linear: list[str]) -> None:
+    """Refuse a config that would wrap the embeddings, which train as rows of their own: peft would inject into the
+    user's model in place before the row split failed, and its unload does not give a tied model back as it was."""
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    embeddings = {id(model.get_input_embeddings()): "input embeddings",
+                  id(model.get_output_embeddings()): "output head"}
+    found: dict[str, str] = {}
+    for name, module in model.named_modules():
+        if id(module) in embeddings and check_target_module_exists(config, name):
+            found[embeddings[id(module)]] = f"target_modules={config.target_modules!r}"
+        elif id(module) in embeddings and any(name.endswith(key) for key in config.modules_to_save or ()):
+            found[embeddings[id(module)]] = f"modules_to_save={config.modules_to_save!r}"
+    if config.trainable_token_indices is not None:  # peft's trainable tokens wrap the input embeddings
+        found.setdefault("input embeddings", f"trainable_token_indices={config.trainable_token_indices!r}")
+    if found:
+        raise InvalidArgumentError(
+            f"SecondStage's LoraConfig would wrap {type(model).__name__}'s "
+            f"{' and '.join(f'{what} ({option})' for what, option in found.items())}, which EmbeddingOnlyCallback "
+            f"trains itself: leave the embeddings out of the config and target the body's linear layers, e.g. "
+            f"target_modules={linear[:6]}."
+        )
 
 
 def merge_lora(tuner: Any) -> None:

@@ -73,6 +73,10 @@ def _text_of(example: Any) -> str:
     text = example.get("text") if isinstance(example, Mapping) else example
     if isinstance(text, str):
         return text
+    if isinstance(example, Mapping) and "text" in example:  # a row of a 'text' column with gaps
+        raise InvalidArgumentError(f"A training example's 'text' is {text!r:.40} (a {type(text).__name__}), not a "
+                                   "string: drop such rows, e.g. dataset.filter(lambda row: isinstance(row['text'], "
+                                   "str) and row['text'].strip()).")
     if isinstance(example, Mapping):  # a streamed dataset whose columns were unknown when the trainer was built
         keys = sorted(map(str, example))[:8]
         raise InvalidArgumentError(f"A training example is a {type(example).__name__}"
