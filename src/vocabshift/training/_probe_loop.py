@@ -18,8 +18,7 @@ from .distill.pieces import first_pieces, piece_tree
 from .distill.schedule import TeacherSchedule
 from .distill.teacher import Teacher
 from .distill.weights import DistillationWeights
-from .evaluation import eval_mode
-from .metrics import bits_per_byte
+from .metrics import bits_per_byte, eval_mode
 from .texts import pack_texts
 
 __all__ = ["Batches", "train_probe_run"]
@@ -40,12 +39,12 @@ class Batches:
         self.teacher = Teacher(teacher_model, old_rows=len(source), frozen_old_rows=True, dtype="auto")
 
 
-def train_probe_run(model: Any, tokenizer: Any, data: Batches, weights: DistillationWeights, held_out: Sequence[str], *,
-           rows: str, eval_every: int, lr: float, weight_decay: float, seed: int) -> list[tuple[int, float]]:
+def train_probe_run(model: Any, tokenizer: Any, data: Batches, weights: DistillationWeights,
+                    held_out: Sequence[str], *, rows: str, eval_every: int, lr: float, weight_decay: float,
+                    seed: int) -> list[tuple[int, float]]:
     """Embedding-only AdamW steps; held-out bits per byte at step 0, every `eval_every` steps, and the end."""
     def score() -> float:
-        with eval_mode(model):
-            return bits_per_byte(model, tokenizer, held_out)
+        return bits_per_byte(model, tokenizer, held_out)  # in eval mode, whatever the model's
 
     trainable = freeze_for_embedding_training(model, rows=rows)
     optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)

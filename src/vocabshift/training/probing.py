@@ -28,7 +28,6 @@ from ..vocab.load import load_tokenizer
 from ._probe_loop import Batches, train_probe_run
 from .cpt.freeze import ROW_CHOICES
 from .distill.weights import DistillationWeights
-from .evaluation import eval_mode
 from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
 
@@ -188,8 +187,7 @@ def probe(
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")  # before the original is scored
-    with eval_mode(model):
-        original = bits_per_byte(model, source, held_out_texts)
+    original = bits_per_byte(model, source, held_out_texts)  # in eval mode, whatever the model's
     curves, seconds, data = {}, {}, None
     for method, (label, objective) in tqdm(list(itertools.product(methods, weights.items())), desc="Probing"):
         start = time.perf_counter()
