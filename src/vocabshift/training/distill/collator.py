@@ -131,8 +131,8 @@ class DistillationCollator:
         texts = [_text_of(example) for example in examples]
         if not any(text.strip() for text in texts):
             raise InvalidArgumentError(
-                f"A batch of {len(texts)} training examples holds no text (every one is empty): drop empty lines, "
-                "or pack the lines into texts (vocabshift.training.pack_texts)."
+                f"A batch of {len(texts)} examples (of the train_dataset or eval_dataset) holds no text (every one "
+                "is empty): drop empty lines, or pack the lines into texts (vocabshift.training.pack_texts)."
             )
         sides = [tok(texts, add_special_tokens=False, return_offsets_mapping=True)
                  for tok in (self.tokenizer, self.teacher_tokenizer)]
