@@ -1,4 +1,5 @@
-"""What `EmbeddingOnlyCallback` keeps between its hooks, from `on_init_end` to `on_train_end`."""
+"""What `EmbeddingOnlyCallback` keeps between its hooks, from `on_init_end` to `on_train_end`, and the checks and
+warnings on it."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import torch
 from transformers import TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..._typing import Model
+from ...errors import TrainingSetupError
 from ._optimizer import HeadRate
 from .freeze import row_norms
 from .rows import TrainableRows, embedding_parameters
 from .stage import BodyGate
 
-__all__ = ["Run", "best_loaded", "checkpoint_folder", "next_token", "record_entry", "trained_nothing",
-           "warn_of_a_zero_loss", "warn_of_unseen_rows"]
+__all__ = ["Run", "best_loaded", "check_not_serving_another", "check_ready", "checkpoint_folder", "next_token",
+           "record_entry", "trained_nothing", "warn_of_a_zero_loss", "warn_of_unseen_rows"]
 
 logger = logging.getLogger(__name__)
 LOOKUP_STEPS = 10  # the steps whose batches must hold a new token somewhere
@@ -132,3 +135,38 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         **best_loaded(args, state),
         **({} if command is None else {"command": list(command)}),
     }
+
+
+def check_not_serving_another(seen: Model | None, run: Run | None, model: Model) -> None:
+    """One callback serves one Trainer at a time: refuse a second Trainer of another model while the first's rows
+    (`seen`'s) are split (taking it over would leave them split, and that Trainer unable to train)."""
+    if run is not None and seen is not model and run.rows.is_split:
+        raise TrainingSetupError(
+            f"This EmbeddingOnlyCallback already serves a Trainer of another {type(seen).__name__}, whose rows it "
+            "split and has not folded back (that Trainer has not trained): give each Trainer its own "
+            "EmbeddingOnlyCallback(...)."
+        )
+
+
+def check_ready(seen: Model | None, run: Run | None, model: Model | None) -> Run:
+    """The run that `on_init_end` set up, once the Trainer that begins training trains the model it saw (`seen`)
+    with its rows still split (`TrainingSetupError` otherwise)."""
+    if seen is None or run is None:
+        raise TrainingSetupError(
+            "EmbeddingOnlyCallback did not see this model when the Trainer was built (it was added with "
+            "trainer.add_callback), so the optimizer was built before it could freeze the body. Pass it in "
+            "Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
+        )
+    if model is not seen:
+        raise TrainingSetupError(
+            "EmbeddingOnlyCallback froze another model than the one this Trainer trains: the Trainer has a "
+            "model_init, which builds a new model in train() after the callback froze the first (not supported: "
+            "pass Trainer(model=...)), or the callback was given to a later Trainer (give each its own)."
+        )
+    if run.ids is not None and not run.rows.is_split:
+        raise TrainingSetupError(
+            "This Trainer has trained once, a later Trainer took the model over, or its callbacks hold a second "
+            "EmbeddingOnlyCallback, and EmbeddingOnlyCallback folded its rows back: build a new Trainer with one "
+            "new callback to train again."
+        )
+    return run

@@ -25,6 +25,8 @@ from ._optimizer import PREBUILT, check_optimizer, head_rate, peak_rate
 from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
 from ._run import (
     Run,
+    check_not_serving_another,
+    check_ready,
     checkpoint_folder,
     next_token,
     record_entry,
@@ -146,7 +148,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """Freeze the body and split off the rows that train, before the Trainer builds its optimizer."""
         refuse_backend(self)
         check_not_an_adapter(model)
-        self._check_not_serving_another(model)
+        check_not_serving_another(self._model, self._run, model)
         fold_an_earlier_split(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
@@ -167,39 +169,11 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
 
-    def _check_not_serving_another(self, model: Model) -> None:
-        """One callback serves one Trainer at a time: refuse a second Trainer of another model while the first's
-        rows are split (taking it over would leave them split, and that Trainer unable to train)."""
-        if self._run is not None and self._model is not model and self._run.rows.is_split:
-            raise TrainingSetupError(
-                f"This EmbeddingOnlyCallback already serves a Trainer of another {type(self._model).__name__}, whose "
-                "rows it split and has not folded back (that Trainer has not trained): give each Trainer its own "
-                "EmbeddingOnlyCallback(...)."
-            )
-
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Model | None = None, optimizer: torch.optim.Optimizer | None = None,
                        **kwargs: Any) -> None:
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
-        if self._model is None or self._run is None:
-            raise TrainingSetupError(
-                "EmbeddingOnlyCallback did not see this model when the Trainer was built (it was added with "
-                "trainer.add_callback), so the optimizer was built before it could freeze the body. Pass it in "
-                "Trainer(..., callbacks=[EmbeddingOnlyCallback(...)])."
-            )
-        if model is not self._model:
-            raise TrainingSetupError(
-                "EmbeddingOnlyCallback froze another model than the one this Trainer trains: the Trainer has a "
-                "model_init, which builds a new model in train() after the callback froze the first (not supported: "
-                "pass Trainer(model=...)), or the callback was given to a later Trainer (give each its own)."
-            )
-        run = self._run
-        if run.ids is not None and not run.rows.is_split:
-            raise TrainingSetupError(
-                "This Trainer has trained once, a later Trainer took the model over, or its callbacks hold a second "
-                "EmbeddingOnlyCallback, and EmbeddingOnlyCallback folded its rows back: build a new Trainer with one "
-                "new callback to train again."
-            )
+        run = check_ready(self._model, self._run, model)
         check_optimizer(optimizer, model, self._trainable())
         if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
             self.check_checkpoint(checkpoint_folder(args, state))
