@@ -23,6 +23,7 @@ from vocabshift.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     ModelFolderError,
+    OutputExistsError,
     ShardError,
     UnsafeWeightsError,
 )
@@ -87,6 +88,28 @@ def test_repush_with_fewer_shards_deletes_the_stale_ones(extended, tmp_path, loo
     assert [c.title for c in loopback_hub.commits(REPO)][0] == "fewer shards"
     reloaded = AutoModelForCausalLM.from_pretrained(REPO)
     assert torch.equal(logits(model, [5, 6, 7]), logits(reloaded, [5, 6, 7]))
+
+
+def test_a_card_edited_on_the_hub_is_not_replaced_by_a_generated_one(extended, tmp_path, loopback_hub):
+    """The card asks to be proofread and completed; where that was done on the Hub, a re-push of a folder without a
+    README.md would replace the user's text: refused before anything is uploaded (an unedited generated card, or a
+    README.md in the folder, goes as before)."""
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    vocabshift.push_to_hub(folder, REPO)
+    vocabshift.push_to_hub(folder, REPO, commit_message="again")  # the generated card, unedited: replaced
+    generated = loopback_hub.files(REPO)["README.md"].decode()
+    assert "vocabshift-sha256:" in generated
+    edited = generated.replace("## What was done", "Trained on our own news corpus.\n\n## What was done")
+    HfApi().upload_file(path_or_fileobj=edited.encode(), path_in_repo="README.md", repo_id=REPO,
+                        commit_message="edit the card")
+    with pytest.raises(OutputExistsError, match=rf"{REPO} has a README.md that vocabshift did not generate, or that "
+                       r"was edited since.*Nothing was uploaded.*vocabshift card"):
+        vocabshift.push_to_hub(folder, REPO, commit_message="would replace the card")
+    assert [c.title for c in loopback_hub.commits(REPO)][0] == "edit the card"
+    (folder / "README.md").write_text(edited, encoding="utf-8")  # the user's card, brought into the folder
+    vocabshift.push_to_hub(folder, REPO, commit_message="with the card")
+    assert loopback_hub.files(REPO)["README.md"].decode() == edited
 
 
 def test_push_to_a_branch_leaves_main_alone(extended, tmp_path, loopback_hub):

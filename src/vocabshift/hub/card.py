@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,11 +22,13 @@ from ..headers import read_config
 from ..record import ExtensionRecord, require_record
 from ._body import body, named_repo
 
-__all__ = ["model_card"]
+__all__ = ["is_unedited_card", "model_card"]
 
 logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_cards" / "template.md"
+_SIGNED = "add what only you know."  # the end of the template's first comment, where the digest goes
+_DIGEST = re.compile(r" vocabshift-sha256:([0-9a-f]{64})")
 _PIPELINES = (("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"), ("ForMaskedLM", "fill-mask"))
 
 
@@ -81,7 +86,23 @@ def model_card(
     variables = body(record, title=(repo_id or name).split("/")[-1], repo_id=repo_id or f"your-name/{name}",
                      base_model=base, pipeline_tag=data.pipeline_tag, plots=plots,
                      transformers_version=config.get("transformers_version"), card_options=options)
-    return ModelCard(_render(data, variables))
+    card = ModelCard(_render(data, variables))
+    card.text = card.text.replace(_SIGNED, f"{_SIGNED} vocabshift-sha256:{_digest(card)}", 1)
+    return card
+
+
+def is_unedited_card(text: str) -> bool:
+    """Whether `text` is a card `model_card` generated, as it generated it: its metadata and body still have the
+    digest it carries (a card edited since, or written by hand, is someone's work to keep)."""
+    card = ModelCard(text)
+    found = _DIGEST.search(card.text)
+    return found is not None and found.group(1) == _digest(card)
+
+
+def _digest(card: ModelCard) -> str:
+    """The digest of a card's metadata and body, leaving out the digest it carries."""
+    signed = json.dumps(card.data.to_dict(), sort_keys=True) + _DIGEST.sub("", card.text)
+    return hashlib.sha256(signed.encode("utf-8")).hexdigest()
 
 
 def _render(data: ModelCardData, variables: dict[str, Any]) -> str:

@@ -12,13 +12,13 @@ from typing import Any
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
 
 from ..arguments import check_flag, check_path, check_repo_id, check_token
-from ..errors import InvalidArgumentError, ModelFolderError, UnsafeWeightsError
+from ..errors import InvalidArgumentError, ModelFolderError, OutputExistsError, UnsafeWeightsError
 from ..headers import adapter_fix, check_folder_files, read_config
 from ..inspection import inspect_folder
 from ..serving import SENTENCEPIECE_PROBLEM
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
 from ..vocab.spm_file import sentencepiece_mismatch
-from .card import model_card
+from .card import is_unedited_card, model_card
 
 __all__ = ["check_revision", "push_to_hub"]
 
@@ -45,7 +45,8 @@ def push_to_hub(
     The repo is created if needed. Safetensors shards and indexes in the repo that the folder no longer has (a
     re-save with another shard count) are deleted in the same commit, which is based on the revision's current head
     so that a concurrent push makes it fail rather than mix files. When the folder has no `README.md`, a card is
-    generated from the ExtensionRecord (`vocabshift.model_card`) and committed; the folder is not modified. Hidden
+    generated from the ExtensionRecord (`vocabshift.model_card`) and committed, unless the repo has a README.md
+    other than an unedited card vocabshift generated (the user's text: refused); the folder is not modified. Hidden
     files and folders are skipped, and so is a tokenizer.model that disagrees with tokenizer.json (with a warning;
     the repo's own tokenizer.model is deleted when none is uploaded beside a tokenizer.json). The token is sent to
     the Hub only, never logged.
@@ -73,6 +74,8 @@ def push_to_hub(
         `ModelFolderError`: a problem `inspect_folder` reports (e.g. no embedding matrix, rows that do not match
             config.json or the tokenizer, special token ids beyond the rows).
         `RecordError`: no `README.md` and no vocabshift record to generate one from.
+        `OutputExistsError` (after the repo is looked up): no `README.md`, and the repo has one that vocabshift did
+            not generate or that was edited since (each generated card carries a digest of its text).
         `huggingface_hub.errors.HfHubHTTPError`: the Hub refused a request (e.g. no write access); its base class
             `huggingface_hub.errors.HTTPError` alone: the Hub could not be reached.
 
@@ -104,10 +107,25 @@ def push_to_hub(
                                    "private first (on its settings page, or HfApi().update_repo_settings(repo_id, "
                                    "private=True)), or push to a new repo.")
     remote = [sibling.rfilename for sibling in getattr(head, "siblings", None) or []]
+    if card is not None and "README.md" in remote:
+        _check_card_replaceable(api, repo_id, head.sha, folder)
     info = api.create_commit(repo_id, operations=_operations(folder, files, card, remote), revision=revision,
                              parent_commit=head.sha,
                              commit_message=commit_message or f"Upload {folder.resolve().name} with vocabshift")
     return info.commit_url
+
+
+def _check_card_replaceable(api: HfApi, repo_id: str, commit: str | None, folder: Path) -> None:
+    """Refuse to replace the repo's README.md by a generated card unless it is one vocabshift generated, unedited:
+    a card written or edited on the Hub is the user's work (nothing is uploaded)."""
+    path = api.hf_hub_download(repo_id, "README.md", revision=commit)
+    if not is_unedited_card(Path(path).read_text(encoding="utf-8", errors="replace")):
+        raise OutputExistsError(
+            f"{repo_id} has a README.md that vocabshift did not generate, or that was edited since, and "
+            f"folder={str(folder)!r} has none: pushing would replace it by a generated card. Nothing was uploaded. "
+            "Put the card you want into the folder as README.md (download the repo's and bring it up to date, or "
+            f"write a new one with `vocabshift card {folder}` and add your edits), then push again."
+        )
 
 
 def _operations(folder: Path, files: list[str], card: bytes | None,
