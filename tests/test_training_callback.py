@@ -112,6 +112,19 @@ def test_record_and_logs(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     assert saved["cpt"] == [json.loads(json.dumps(entry))]
 
 
+def test_the_record_says_which_step_its_final_loss_is_from(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """The Trainer logs every `logging_steps` and not at the last step: the last loss logged (the mean of steps 3-4
+    here) is the entry's `final_loss`, and `final_loss_step` says so (it read as step 5's)."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path, logging_steps=2), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    entry = vocabshift.get_record(model).cpt[-1]
+    last = [log for log in trainer.state.log_history if "loss" in log][-1]
+    assert entry["steps"] == 5 and last["step"] == 4
+    assert (entry["final_loss_step"], entry["final_loss"]) == (4, last["loss"])
+
+
 def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """One AdamW step with head_learning_rate=H moves the head as a run at lr=H does; the input rows as lr=L does."""
     results = []

@@ -33,6 +33,8 @@ class Run:
         gate / head: the second stage's gate and the untied head's learning-rate scaler (None when unused).
         new_ids: the record's new ids (for the row-norm logs), None without a record.
         logs: the last `loss` / `train_loss` logged, for the record.
+        loss_step: the step the last `loss` was logged at (the Trainer logs every `logging_steps`, not at the last
+            step), for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
         warned_zero_loss: the warning that the loss is exactly 0 was given.
         checked_lookups: whether the first steps' batches held a trainable row's id was checked.
@@ -47,6 +49,7 @@ class Run:
     head: HeadRate | None = None
     new_ids: torch.Tensor | None = None
     logs: dict[str, float] = field(default_factory=dict)
+    loss_step: int | None = None
     began: bool = False
     warned_zero_loss: bool = False
     checked_lookups: bool = False
@@ -119,6 +122,7 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         "steps": state.global_step,
         "tokens_seen": state.num_input_tokens_seen,
         "final_loss": run.logs.get("loss"),
+        "final_loss_step": run.loss_step,
         "train_loss": run.logs.get("train_loss"),
         "learning_rate": run.learning_rate if run.learning_rate is not None else args.learning_rate,
         "head_learning_rate": head_learning_rate,

@@ -275,6 +275,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         run = self._run
         run.logs.update({k: logs[k] for k in ("loss", "train_loss") if k in logs})
         if "loss" in logs:
+            run.loss_step = state.global_step
             warn_of_a_zero_loss(run, logs["loss"], state)
         if "loss" in logs and run.began:
             figures = {_PREFIX + k: v for k, v in row_norms(self._model, run.new_ids).items()}
