@@ -39,6 +39,8 @@ class Run:
         warned_zero_loss: the warning that the loss is exactly 0 was given.
         checked_lookups: whether the first steps' batches held a trainable row's id was checked.
         learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
+        resumed_from: the step the run resumed from (0 when it started), for the record: the Trainer's
+            `train_loss` is the mean over the steps after it.
     """
 
     ids: torch.Tensor | None
@@ -54,6 +56,7 @@ class Run:
     warned_zero_loss: bool = False
     checked_lookups: bool = False
     learning_rate: float | None = None
+    resumed_from: int = 0
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
@@ -133,6 +136,7 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         "second_stage": None if second_stage is None else second_stage.to_dict(),
         "row_norms": row_norms(model, run.new_ids),
         "objective": objective,
+        **({"resumed_from_step": run.resumed_from} if run.resumed_from else {}),
         **best_loaded(args, state),
         **({} if command is None else {"command": list(command)}),
     }

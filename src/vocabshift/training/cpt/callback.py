@@ -204,6 +204,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
             self.check_checkpoint(checkpoint_folder(args, state))
             check_optimizer_state(optimizer, self.training_setup())
+        run.resumed_from = state.global_step
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
         if self.second_stage is not None and self.second_stage.after_step >= state.max_steps:
             logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
