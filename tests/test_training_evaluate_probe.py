@@ -149,6 +149,10 @@ def test_probe_compares_objectives_on_identical_batches(tokenizers_en, tokenizer
     assert both.curves["subword / distillation"][0] == alone.curves["subword"][0]
     assert both.curves["subword / distillation"][-1] != alone.curves["subword"][-1]
     assert both.settings["objectives"]["distillation"] == vocabshift.DistillationWeights(source=0.0).to_dict()
+    # the table names what trained (a probe of distillation alone read as one of cross-entropy)
+    assert "(extend mode, rows='new', objectives next_token, distillation (without the source-language replay)):" \
+        in str(both)
+    assert "(extend mode, rows='new', objective next_token): 4 steps of " in str(alone)
 
 
 def test_probe_without_matplotlib_fails_before_training(tokenizers_en, tokenizers_ru, monkeypatch, tmp_path):
