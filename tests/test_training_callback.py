@@ -354,8 +354,11 @@ def test_the_record_names_the_best_checkpoint_loaded(tokenizers_en, tokenizers_r
     trainer.train()
     best = trainer.state.best_global_step
     assert best in (1, 2, 3)
-    assert vocabshift.get_record(model).cpt[-1]["loaded_best"] == {"step": best, "metric": "loss",
+    # the metric as the Trainer compared it: the evaluation's loss ("loss" read as the training loss at that step)
+    assert vocabshift.get_record(model).cpt[-1]["loaded_best"] == {"step": best, "metric": "eval_loss",
                                                                    "value": trainer.state.best_metric}
+    evaluated = {log["step"]: log["eval_loss"] for log in trainer.state.log_history if "eval_loss" in log}
+    assert evaluated[best] == trainer.state.best_metric
 
 
 def test_optimizer_chosen_through_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

@@ -72,10 +72,13 @@ def next_token() -> dict[str, Any]:
 
 def best_loaded(args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
     """Where `load_best_model_at_end` put the weights back, for the record entry (whose `steps` and `final_loss` are
-    the run's last step's): the checkpoint's step and its metric; empty when the last step's weights stay."""
+    the run's last step's): the checkpoint's step and its metric, named as the Trainer reads it from the evaluation
+    (`eval_loss` for `metric_for_best_model="loss"`, not the training loss); empty when the last step's weights
+    stay."""
     if not args.load_best_model_at_end or state.best_model_checkpoint is None:
         return {}
     metric = args.metric_for_best_model or "loss"
+    metric = metric if metric.startswith("eval_") else f"eval_{metric}"
     return {"loaded_best": {"step": state.best_global_step, "metric": metric, "value": state.best_metric}}
 
 
