@@ -161,6 +161,27 @@ def test_card_after_lep_from_an_adapted_folder_names_the_instruct_model(tmp_path
         "vocabulary" in card.text
 
 
+def test_card_tells_what_each_evaluation_measured(tmp_path):
+    """An evaluation stored before training, or on the adapted model before LEP carried its rows into this one, is
+    captioned as such: under the card's Evaluation heading it read as this model's figures."""
+    scores = (ModelScores("adapted", 2.1, 1.29, 2.31, 2.52, 1.87, 0.71, 51_200),)
+    table = Evaluation(scores, 200, 171_333).to_dict()
+    lineage = {"base": "org/base-7b", "adapted": "me/base-7b-ru", "instruct": "org/base-7b-instruct",
+               "adapted_revision": "1" * 40, "method": "conversion"}
+    record = make_record(cpt=[{"steps": 50}, {"steps": 30}], propagation=[lineage], evaluations=[
+        {**table, "cpt_runs": 0, "propagations": 0}, {**table, "cpt_runs": 1, "propagations": 0},
+        {**table, "cpt_runs": 2, "propagations": 1}, table])
+    text = vocabshift.model_card(write_folder(tmp_path / "m", record), language="ru", license="mit").text
+    adapted = "[me/base-7b-ru](https://huggingface.co/me/base-7b-ru), whose rows LEP carried into this model (not on " \
+        "this model itself)"
+    captions = [line for line in text.splitlines() if line.startswith("Measured on")]
+    assert captions == [f"Measured on {adapted}, right after the extension, before any training:",
+                        f"Measured on {adapted}, after the first 1 of the 2 continued-pretraining runs below (50 "
+                        "steps):",
+                        "Measured on this model, after the embedding-only continued pretraining below (80 steps):"]
+    assert text.count("| adapted | 2.10 | 1.290 |") == 4  # a record before 0.2: the table without a caption
+
+
 def test_commands_of_earlier_records_read_as_words(tmp_path):
     """Earlier versions kept propagation's command as one shell string: it reads as its words, as every command is
     kept now, and the card shows the same line."""

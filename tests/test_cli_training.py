@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 import vocabshift
 from conftest import make_model
 from test_cli import run
+from vocabshift.cli_train import _finals
 
 
 def _texts(path, lines):
@@ -46,6 +47,16 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     assert result.stdout.startswith("| model | tokens/word | bits/byte")
     config = json.loads((tmp_path / "trained" / "config.json").read_text())
     assert config["vocabshift"]["evaluations"][-1]["num_texts"] == 10
+
+
+def test_train_says_where_its_final_loss_was_logged():
+    """`logging_steps` is max_steps // 20: at 45 steps the last loss is logged at step 44, and the summary says so
+    (it read as step 45's)."""
+    curves = {"loss": [(42, 2.5), (44, 2.25)], "next-token cross-entropy": [(44, 2.0)]}
+    assert _finals(curves, 45) == ("final loss 2.2500 (logged at step 44), final next-token cross-entropy 2.0000 "
+                                   "(logged at step 44)")
+    assert _finals(curves, 44) == "final loss 2.2500, final next-token cross-entropy 2.0000"
+    assert _finals({}, 44) == "no loss logged"
 
 
 @pytest.mark.slow

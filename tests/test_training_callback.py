@@ -112,6 +112,19 @@ def test_record_and_logs(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     assert saved["cpt"] == [json.loads(json.dumps(entry))]
 
 
+def test_the_record_says_which_step_its_final_loss_is_from(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """The Trainer logs every `logging_steps` and not at the last step: the last loss logged (the mean of steps 3-4
+    here) is the entry's `final_loss`, and `final_loss_step` says so (it read as step 5's)."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path, logging_steps=2), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    entry = vocabshift.get_record(model).cpt[-1]
+    last = [log for log in trainer.state.log_history if "loss" in log][-1]
+    assert entry["steps"] == 5 and last["step"] == 4 and "resumed_from_step" not in entry  # it started at step 0
+    assert (entry["final_loss_step"], entry["final_loss"]) == (4, last["loss"])
+
+
 def test_head_learning_rate_matches_a_run_at_that_rate(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """One AdamW step with head_learning_rate=H moves the head as a run at lr=H does; the input rows as lr=L does."""
     results = []
@@ -341,8 +354,11 @@ def test_the_record_names_the_best_checkpoint_loaded(tokenizers_en, tokenizers_r
     trainer.train()
     best = trainer.state.best_global_step
     assert best in (1, 2, 3)
-    assert vocabshift.get_record(model).cpt[-1]["loaded_best"] == {"step": best, "metric": "loss",
+    # the metric as the Trainer compared it: the evaluation's loss ("loss" read as the training loss at that step)
+    assert vocabshift.get_record(model).cpt[-1]["loaded_best"] == {"step": best, "metric": "eval_loss",
                                                                    "value": trainer.state.best_metric}
+    evaluated = {log["step"]: log["eval_loss"] for log in trainer.state.log_history if "eval_loss" in log}
+    assert evaluated[best] == trainer.state.best_metric
 
 
 def test_optimizer_chosen_through_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

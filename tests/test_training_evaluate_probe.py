@@ -56,7 +56,8 @@ def test_evaluate_adapted_and_original(pair, ru_held, tmp_path):
     result.add_to_record(model)
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())["vocabshift"]["evaluations"]
-    assert saved == [json.loads(json.dumps(result.to_dict()))]
+    # with what the model had been through: a card tells an evaluation before training from one after it
+    assert saved == [{**json.loads(json.dumps(result.to_dict())), "cpt_runs": 0, "propagations": 0}]
     assert vocabshift.get_record(AutoModelForCausalLM.from_pretrained(tmp_path)).evaluations == saved
 
 
@@ -148,6 +149,10 @@ def test_probe_compares_objectives_on_identical_batches(tokenizers_en, tokenizer
     assert both.curves["subword / distillation"][0] == alone.curves["subword"][0]
     assert both.curves["subword / distillation"][-1] != alone.curves["subword"][-1]
     assert both.settings["objectives"]["distillation"] == vocabshift.DistillationWeights(source=0.0).to_dict()
+    # the table names what trained (a probe of distillation alone read as one of cross-entropy)
+    assert "(extend mode, rows='new', objectives next_token, distillation (without the source-language replay)):" \
+        in str(both)
+    assert "(extend mode, rows='new', objective next_token): 4 steps of " in str(alone)
 
 
 def test_probe_without_matplotlib_fails_before_training(tokenizers_en, tokenizers_ru, monkeypatch, tmp_path):

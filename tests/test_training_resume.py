@@ -44,6 +44,20 @@ def test_checkpoints_record_their_rows(tokenizers_en, tokenizers_ru, ru_lines, t
     assert not list(checkpoint.glob("*.tmp"))
 
 
+def test_a_resumed_run_says_where_it_resumed(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """The Trainer's train_loss of a resumed run is the mean over the steps after the checkpoint, beside steps and
+    tokens_seen of the whole run: the entry says where it resumed (it read as the whole run's mean)."""
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    trainer = Trainer(model=model, args=arguments(tmp_path / "second", max_steps=4),
+                      train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    entry = vocabshift.get_record(model).cpt[-1]
+    losses = {log["step"]: log["loss"] for log in trainer.state.log_history if "loss" in log}
+    assert (entry["steps"], entry["resumed_from_step"], entry["tokens_seen"]) == (4, 2, 4 * 4 * 32)
+    assert entry["train_loss"] == pytest.approx((losses[3] + losses[4]) / 2)
+
+
 @pytest.mark.parametrize(("saved", "resumed"), [("new", "all"), ("all", "new")])
 def test_resume_with_other_rows_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, saved, resumed):
     """new -> all crashed the process (fused AdamW on moments of other shapes); all -> new trained silently."""

@@ -106,6 +106,7 @@ _INNER: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
                         (_optional(_number), "a number or null")),
     },
     "cpt": {"command": _COMMAND},
+    "evaluations": {"cpt_runs": _COUNT, "propagations": _COUNT},
     "propagation": {"command": _COMMAND, "method": _NAME,
                     **{f"{role}{suffix}": _NAME for role in ("base", "adapted", "instruct")
                        for suffix in ("", "_revision")}},

@@ -102,9 +102,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         save_tokenizer(tokenizer, folder, shown_as=args.output_dir)
         if curves:
             plot_curves(curves, folder / "cpt_loss.png", ylabel="loss", title=f"Embedding-only CPT, rows={args.rows}")
-    finals = ", ".join(f"final {name} {points[-1][1]:.4f}" for name, points in curves.items())
-    print(f"{args.output_dir}: {args.max_steps} embedding-only steps, {finals or 'no loss logged'}")
+    print(f"{args.output_dir}: {args.max_steps} embedding-only steps, {_finals(curves, args.max_steps)}")
     return 0
+
+
+def _finals(curves: dict[str, list[tuple[int, float]]], steps: int) -> str:
+    """The last logged value of each curve, with its step where that is not the last (logs come every
+    `logging_steps`)."""
+    finals = [f"final {name} {value:.4f}" + ("" if step == steps else f" (logged at step {step})")
+              for name, points in curves.items() for step, value in points[-1:]]
+    return ", ".join(finals) or "no loss logged"
 
 
 def _loss_curves(history: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:

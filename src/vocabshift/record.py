@@ -82,7 +82,9 @@ class ExtensionRecord:
         cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here; an entry's
             `command`, where a command ran, is its words as `command` is (earlier records kept propagation's as one
             shell string: it is read as its words).
-        evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`).
+        evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`), each
+            with `cpt_runs` and `propagations`: how many `cpt` and `propagation` entries the record held when it was
+            measured (absent in records before 0.2).
         earlier (`list[dict]`): for a model extended more than once, the records of the earlier extensions, oldest
             first, as they were (each with its own `cpt`, `evaluations` and `source_model`); this record describes
             the last extension.
@@ -275,15 +277,16 @@ def add_cpt_entry(model: Any, entry: Mapping[str, Any]) -> bool:
 
 
 def add_evaluation(model: Any, entry: Mapping[str, Any]) -> None:
-    """Append one held-out evaluation to the record's `evaluations`.
+    """Append one held-out evaluation to the record's `evaluations`, with the history of the model it measured: the
+    `cpt` runs and `propagation` steps the record held then (`cpt_runs`, `propagations`), which the card tells.
 
     Raises:
         `RecordError`: if the model carries no record.
     """
-    get_record(model)
+    record = get_record(model)
     history = _history(model, "evaluations")
     assert history is not None
-    history.append(dict(entry))
+    history.append({**entry, "cpt_runs": len(record.cpt), "propagations": len(record.propagation)})
 
 
 def note_command(model: Any, words: Sequence[str]) -> None:

@@ -107,6 +107,24 @@ def _facts(record: ExtensionRecord, method: dict[str, Any]) -> Table:
     return Table("", ["", ""], rows)
 
 
+def _evaluation(record: ExtensionRecord, entry: dict[str, Any]) -> str:
+    """An evaluation's table under what it measured: which model (the adapted one of a later propagation is not this
+    model) and after how much training. Records before 0.2 do not say: their tables stand alone."""
+    table = Evaluation.from_dict(entry).to_markdown()
+    runs, lep = entry.get("cpt_runs"), entry.get("propagations")
+    if runs is None or lep is None:
+        return table
+    measured = "this model" if lep >= len(record.propagation) else (
+        f"{_link(record.propagation[lep], 'adapted', 'the adapted model')}, whose rows LEP carried into this "
+        "model (not on this model itself)")
+    done = [run["steps"] for run in record.cpt[:runs] if isinstance(run.get("steps"), int)]
+    count = f" ({sum(done):,} steps)" if len(done) == runs else ""
+    stage = ("right after the extension, before any training" if not runs else
+             f"after the embedding-only continued pretraining below{count}" if runs >= len(record.cpt) else
+             f"after the first {runs} of the {len(record.cpt)} continued-pretraining runs below{count}")
+    return f"Measured on {measured}, {stage}:\n\n{table}"
+
+
 def _lineage(record: ExtensionRecord) -> list[str]:
     chains = []
     for entry in record.propagation:
@@ -203,7 +221,7 @@ def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str |
         "facts": _facts(record, method).rows,
         "options": sorted((k, cell(v)) for k, v in method["options"].items()),
         "diagnostics": [t.markdown() for t in tables(record.diagnostics)],
-        "evaluation": [Evaluation.from_dict(entry).to_markdown() for entry in record.evaluations],
+        "evaluation": [_evaluation(record, entry) for entry in record.evaluations],
         "cpt": [t.markdown() for t in tables(_shell_commands(record.cpt))],
         "plots": list(plots),
         "lineage": _lineage(record),

@@ -76,15 +76,22 @@ class ProbeResult:
         s = self.settings
         lines += ["", f"Original model with its own tokenizer: {self.original_bits_per_byte:.3f} bits/byte "
                       "(no training).",
-                  f"Embedding-only CPT (rows={s['rows']!r}): {steps} steps of {s['batch_size']}×{s['context_length']}"
-                  f" tokens, AdamW lr {s['learning_rate']:g}, weight decay {s['weight_decay']:g}, seed {s['seed']}; "
-                  f"{s['held_out_lines']} held-out lines."]
+                  f"Embedding-only CPT ({s['mode']} mode, rows={s['rows']!r}, {_objectives(s['objectives'])}): "
+                  f"{steps} steps of {s['batch_size']}×{s['context_length']} tokens, AdamW lr {s['learning_rate']:g}, "
+                  f"weight decay {s['weight_decay']:g}, seed {s['seed']}; {s['held_out_lines']} held-out lines."]
         return "\n".join(lines)
 
     __str__ = to_markdown
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
+
+
+def _objectives(objectives: Mapping[str, Any]) -> str:
+    """The objectives of a probe as its table says them: the probe's `distillation` reads no source text."""
+    named = [f"{label} (without the source-language replay)" if label == "distillation" else label
+             for label in objectives]
+    return f"objective{'s' if len(named) > 1 else ''} {', '.join(named)}"
 
 
 def probe(

@@ -36,10 +36,14 @@ class Run:
         gate / head: the second stage's gate and the untied head's learning-rate scaler (None when unused).
         new_ids: the record's new ids (for the row-norm logs), None without a record.
         logs: the last `loss` / `train_loss` logged, for the record.
+        loss_step: the step the last `loss` was logged at (the Trainer logs every `logging_steps`, not at the last
+            step), for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
         warned_zero_loss: the warning that the loss is exactly 0 was given.
         checked_lookups: whether the first steps' batches held a trainable row's id was checked.
         learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
+        resumed_from: the step the run resumed from (0 when it started), for the record: the Trainer's
+            `train_loss` is the mean over the steps after it.
     """
 
     ids: torch.Tensor | None
@@ -50,10 +54,12 @@ class Run:
     head: HeadRate | None = None
     new_ids: torch.Tensor | None = None
     logs: dict[str, float] = field(default_factory=dict)
+    loss_step: int | None = None
     began: bool = False
     warned_zero_loss: bool = False
     checked_lookups: bool = False
     learning_rate: float | None = None
+    resumed_from: int = 0
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
@@ -69,10 +75,13 @@ def next_token() -> dict[str, Any]:
 
 def best_loaded(args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
     """Where `load_best_model_at_end` put the weights back, for the record entry (whose `steps` and `final_loss` are
-    the run's last step's): the checkpoint's step and its metric; empty when the last step's weights stay."""
+    the run's last step's): the checkpoint's step and its metric, named as the Trainer reads it from the evaluation
+    (`eval_loss` for `metric_for_best_model="loss"`, not the training loss); empty when the last step's weights
+    stay."""
     if not args.load_best_model_at_end or state.best_model_checkpoint is None:
         return {}
     metric = args.metric_for_best_model or "loss"
+    metric = metric if metric.startswith("eval_") else f"eval_{metric}"
     return {"loaded_best": {"step": state.best_global_step, "metric": metric, "value": state.best_metric}}
 
 
@@ -122,6 +131,7 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         "steps": state.global_step,
         "tokens_seen": state.num_input_tokens_seen,
         "final_loss": run.logs.get("loss"),
+        "final_loss_step": run.loss_step,
         "train_loss": run.logs.get("train_loss"),
         "learning_rate": run.learning_rate if run.learning_rate is not None else args.learning_rate,
         "head_learning_rate": head_learning_rate,
@@ -132,6 +142,7 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         "second_stage": None if second_stage is None else second_stage.to_dict(),
         "row_norms": row_norms(model, run.new_ids),
         "objective": objective,
+        **({"resumed_from_step": run.resumed_from} if run.resumed_from else {}),
         **best_loaded(args, state),
         **({} if command is None else {"command": list(command)}),
     }

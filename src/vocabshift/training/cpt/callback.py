@@ -178,6 +178,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
             self.check_checkpoint(checkpoint_folder(args, state))
             check_optimizer_state(optimizer, self.training_setup())
+        run.resumed_from = state.global_step
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
         if self.second_stage is not None and self.second_stage.after_step >= state.max_steps:
             logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
@@ -249,6 +250,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         run = self._run
         run.logs.update({k: logs[k] for k in ("loss", "train_loss") if k in logs})
         if "loss" in logs:
+            run.loss_step = state.global_step
             warn_of_a_zero_loss(run, logs["loss"], state)
         if "loss" in logs and run.began:
             figures = {_PREFIX + k: v for k, v in row_norms(self._model, run.new_ids).items()}
