@@ -113,7 +113,7 @@ def extend_vocabulary(
         keep_source_segmentation = target_texts is not None and mode == "extend"
     _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
     call = Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
-                 target_texts is not None, new_tokenizer_label(new_tokenizer), option_summary(method_options))
+                target_texts is not None, new_tokenizer_label(new_tokenizer), option_summary(method_options))
     check_texts = source_lines(source_texts)
     target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
