@@ -15,6 +15,7 @@ from huggingface_hub import HfApi, ModelCard
 import vocabshift
 from vocabshift.errors import ModelFolderError, RecordError
 from vocabshift.extension_record import extend_command
+from vocabshift.hub.card import is_unedited_card
 from vocabshift.packing import pack_ids
 from vocabshift.record import ExtensionRecord, find_record
 from vocabshift.training.evaluation import Evaluation, ModelScores
@@ -77,6 +78,16 @@ def load_strictly(path: Path) -> ModelCard:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return ModelCard.load(path)
+
+
+def test_a_generated_card_knows_itself_unedited(tmp_path):
+    """Its digest covers metadata and body (what push checks before replacing a card on the Hub)."""
+    card = str(vocabshift.model_card(write_folder(tmp_path / "tiny-ru", make_record()), language="ru"))
+    assert is_unedited_card(card)
+    assert not is_unedited_card(card.replace("# tiny-ru", "# tiny-ru, our release"))  # the body edited
+    assert not is_unedited_card(card.replace("- ru", "- uk", 1))  # the metadata edited
+    assert not is_unedited_card("# My model\n\nWritten by hand.\n")
+    assert not is_unedited_card("---\n: [\n---\n" + card)  # metadata that is no YAML mapping
 
 
 def test_card_of_an_extension_inherits_the_local_base_license(tmp_path, monkeypatch, caplog):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import yaml
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import httpx
 
@@ -94,7 +95,10 @@ def model_card(
 def is_unedited_card(text: str) -> bool:
     """Whether `text` is a card `model_card` generated, as it generated it: its metadata and body still have the
     digest it carries (a card edited since, or written by hand, is someone's work to keep)."""
-    card = ModelCard(text)
+    try:
+        card = ModelCard(text)
+    except (ValueError, yaml.YAMLError):  # metadata that is not a YAML mapping: not a card vocabshift wrote
+        return False
     found = _DIGEST.search(card.text)
     return found is not None and found.group(1) == _digest(card)
 
