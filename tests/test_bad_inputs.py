@@ -65,11 +65,13 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     vocabshift.save_pretrained_atomic(grown, extended_tokenizer, root / "grown")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
                     "bad-evaluation", "relative-source", "float-vocab-size", "no-weights", "bad-history",
-                    "utf16-readme", "unknown-architecture", "bogus-dtype", "text-max-length"):
+                    "utf16-readme", "unknown-architecture", "bogus-dtype", "text-max-length",
+                    "helper-broken-tokenizer"):
         shutil.copytree(root / "extended", root / damaged)
     _edit_json(root / "unknown-architecture" / "config.json", architectures=["FooForCausalLM"])
     _edit_json(root / "bogus-dtype" / "config.json", dtype="bogus")
     _edit_json(root / "text-max-length" / "tokenizer_config.json", model_max_length="abc")
+    (root / "helper-broken-tokenizer" / "tokenizer.json").write_text("{not json", encoding="utf-8")
     make_model("llama-untied", tokenizers_en["sentencepiece"]).save_pretrained(root / "headless")
     _edit_json(root / "headless" / "config.json", architectures=None)  # lost: AutoModel would drop the untied head
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
@@ -985,6 +987,10 @@ CLI = {
     "inspect a tokenizer_config of a text model_max_length": (
         ["inspect", "{root}/text-max-length", "--json"],
         "has \"model_max_length\": 'abc' in its tokenizer_config.json, where a number of tokens belongs"),
+    "extend with a helper whose tokenizer.json is damaged": (  # a raw JSONDecodeError (or KeyError: 'vocab')
+        ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option",
+         "helper_model={root}/helper-broken-tokenizer", "--option", "word_vectors={root}/file.txt"],
+        "helper-broken-tokenizer/tokenizer.json) cannot be read"),
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
                                             "--option", "word_vectors={root}/junk/notes.txt"],
                                            "is a folder holding the input --option word_vectors="),
