@@ -991,6 +991,8 @@ CLI = {
         ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option",
          "helper_model={root}/helper-broken-tokenizer", "--option", "word_vectors={root}/file.txt"],
         "helper-broken-tokenizer/tokenizer.json) cannot be read"),
+    "probe a one-line file": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean"],  # it said
+                              "--held-out 200 leaves no line to train on: texts='"),  # "between 1 and 0"
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
                                             "--option", "word_vectors={root}/junk/notes.txt"],
                                            "is a folder holding the input --option word_vectors="),

@@ -273,8 +273,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if repeated := sorted({value for value in values if values.count(value) > 1}):
             raise InvalidArgumentError(f"{flag} names {', '.join(repeated)} more than once: name each once.")
     texts = read_texts(args.texts)
-    if not 0 < args.held_out < len(texts):
-        raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
+    if args.held_out >= len(texts):  # --held-out is >= 1 (argparse)
+        fix = f"pass --held-out {max(1, len(texts) // 5)}, or more text" if len(texts) > 1 else "pass more text"
+        raise InvalidArgumentError(f"--held-out {args.held_out} leaves no line to train on: texts={args.texts!r} has "
+                                   f"{len(texts):,} non-blank lines, and probe scores the last {args.held_out} and "
+                                   f"trains on the lines before them; {fix}.")
     source = model_tokenizer(args.model)
     result = probe(load_model(args.model), args.new_tokenizer, texts[: -args.held_out], texts[-args.held_out :],
                    methods=args.methods, objectives=args.objectives, steps=args.steps, eval_every=args.eval_every,
