@@ -991,6 +991,10 @@ CLI = {
         ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option",
          "helper_model={root}/helper-broken-tokenizer", "--option", "word_vectors={root}/file.txt"],
         "helper-broken-tokenizer/tokenizer.json) cannot be read"),
+    "train with a weight decay that flips the weights": (  # the message blamed the learning rate
+        ["train", "{extended}", "{root}/ru.txt", "{root}/out", "--objective", "next_token", "--max-steps", "3",
+         "--weight-decay", "1e30", "--batch-size", "2", "--context-length", "32"],
+        "with a weight_decay below 1 / learning_rate (0 to 0.1 is usual): weight_decay=1e+30 with learning_rate=0.001"),
     "probe a one-line file": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean"],  # it said
                               "--held-out 200 leaves no line to train on: texts='"),  # "between 1 and 0"
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
