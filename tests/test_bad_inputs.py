@@ -995,6 +995,12 @@ CLI = {
         ["train", "{extended}", "{root}/ru.txt", "{root}/out", "--objective", "next_token", "--max-steps", "3",
          "--weight-decay", "1e30", "--batch-size", "2", "--context-length", "32"],
         "with a weight_decay below 1 / learning_rate (0 to 0.1 is usual): weight_decay=1e+30 with learning_rate=0.001"),
+    **{f"{words[0]} {words[-2]} ''": (words, f"argument {words[-2]}: '' is an empty path: pass a path, or leave the "
+                                      "flag out for its default")  # each was read as the flag left out: its default
+       for words in (["extend", "{extended}", "{extended}", "{root}/out", "--source-texts", ""],  # (the card was
+                     ["evaluate", "{extended}", "{root}/ru.txt", "--original-model", ""],  # written into the
+                     ["card", "{extended}", "--output", ""],  # model's folder; the comparison left out)
+                     ["train", "{extended}", "{root}/ru.txt", "{root}/out", "--teacher-tokenizer", ""])},
     "probe a one-line file": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean"],  # it said
                               "--held-out 200 leaves no line to train on: texts='"),  # "between 1 and 0"
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
