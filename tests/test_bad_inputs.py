@@ -65,8 +65,15 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     vocabshift.save_pretrained_atomic(grown, extended_tokenizer, root / "grown")
     for damaged in ("broken-config", "truncated", "no-tokenizer", "no-embeddings", "short-embeddings", "bad-record",
                     "bad-evaluation", "relative-source", "float-vocab-size", "no-weights", "bad-history",
-                    "utf16-readme"):
+                    "utf16-readme", "unknown-architecture", "bogus-dtype", "text-max-length",
+                    "helper-broken-tokenizer"):
         shutil.copytree(root / "extended", root / damaged)
+    _edit_json(root / "unknown-architecture" / "config.json", architectures=["FooForCausalLM"])
+    _edit_json(root / "bogus-dtype" / "config.json", dtype="bogus")
+    _edit_json(root / "text-max-length" / "tokenizer_config.json", model_max_length="abc")
+    (root / "helper-broken-tokenizer" / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    make_model("llama-untied", tokenizers_en["sentencepiece"]).save_pretrained(root / "headless")
+    _edit_json(root / "headless" / "config.json", architectures=None)  # lost: AutoModel would drop the untied head
     shutil.copy(root / "extended" / "config.json", root / "index-of-nothing")
     tensors = load_file(root / "extended" / "model.safetensors")
     embeddings = tensors.pop("model.embed_tokens.weight")
@@ -109,6 +116,13 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     return SimpleNamespace(root=root, source=source, new=new, model=make_model("qwen2-tied", source), ru=ru_lines,
                            extended=extended, extended_tokenizer=extended_tokenizer,
                            unigram=make_tokenizer("unigram", ru_lines[:300], 900))
+
+
+def _edit_json(path, **changes):
+    """A hand edit of a JSON file: `changes` set, a None value deletes its key."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(changes)
+    path.write_text(json.dumps({key: value for key, value in data.items() if value is not None}), encoding="utf-8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -985,6 +999,39 @@ CLI = {
         "replace it, --force or not") for name in ("config.json", "model.safetensors", "tokenizer.json")},
     "train a damaged record": (["train", "{root}/bad-record", "{root}/file.txt", "{root}/out"],
                                "Restore config.json from the folder vocabshift saved"),
+    # hand-edited config.json and tokenizer_config.json: each was a raw error, a wrong cause, or a silent loss
+    "extend a model whose config lost its architectures": (  # AutoModel loaded it headless: the untied head was lost
+        ["extend", "{root}/headless", "{extended}", "{root}/out"], "headless' holds tensors its config.json's class "
+        "does not load: lm_head.weight; they would be left out of what vocabshift writes"),
+    "train a model of an unknown architecture": (
+        ["train", "{root}/unknown-architecture", "{root}/file.txt", "{root}/out"],
+        "has \"architectures\": ['FooForCausalLM'] in its config.json, which names no model class of transformers"),
+    "evaluate a config of an unknown dtype": (  # the tokenizer's loader was blamed
+        ["evaluate", "{root}/bogus-dtype", "{root}/file.txt"],
+        "config.json' has \"dtype\": 'bogus', which names no torch dtype"),
+    "inspect a config of an unknown dtype": (["inspect", "{root}/bogus-dtype"], "names no torch dtype"),  # raw error
+    "evaluate a tokenizer_config of a text model_max_length": (  # a raw TypeError on the first text encoded
+        ["evaluate", "{root}/text-max-length", "{root}/file.txt"],
+        "text-max-length' has \"model_max_length\": 'abc' in its tokenizer_config.json"),
+    "inspect a tokenizer_config of a text model_max_length": (
+        ["inspect", "{root}/text-max-length", "--json"],
+        "has \"model_max_length\": 'abc' in its tokenizer_config.json, where a number of tokens belongs"),
+    "extend with a helper whose tokenizer.json is damaged": (  # a raw JSONDecodeError (or KeyError: 'vocab')
+        ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option",
+         "helper_model={root}/helper-broken-tokenizer", "--option", "word_vectors={root}/file.txt"],
+        "helper-broken-tokenizer/tokenizer.json) cannot be read"),
+    "train with a weight decay that flips the weights": (  # the message blamed the learning rate
+        ["train", "{extended}", "{root}/ru.txt", "{root}/out", "--objective", "next_token", "--max-steps", "3",
+         "--weight-decay", "1e30", "--batch-size", "2", "--context-length", "32"],
+        "with a weight_decay below 1 / learning_rate (0 to 0.1 is usual): weight_decay=1e+30 with learning_rate=0.001"),
+    **{f"{words[0]} {words[-2]} ''": (words, f"argument {words[-2]}: '' is an empty path: pass a path, or leave the "
+                                      "flag out for its default")  # each was read as the flag left out: its default
+       for words in (["extend", "{extended}", "{extended}", "{root}/out", "--source-texts", ""],  # (the card was
+                     ["evaluate", "{extended}", "{root}/ru.txt", "--original-model", ""],  # written into the
+                     ["card", "{extended}", "--output", ""],  # model's folder; the comparison left out)
+                     ["train", "{extended}", "{root}/ru.txt", "{root}/out", "--teacher-tokenizer", ""])},
+    "probe a one-line file": (["probe", "{extended}", "{extended}", "{root}/file.txt", "--methods", "mean"],  # it said
+                              "--held-out 200 leaves no line to train on: texts='"),  # "between 1 and 0"
     "extend over a file an option names": (["extend", "{extended}", "{extended}", "{root}/junk", "--method", "focus",
                                             "--option", "word_vectors={root}/junk/notes.txt"],
                                            "is a folder holding the input --option word_vectors="),

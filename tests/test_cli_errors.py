@@ -103,7 +103,8 @@ def test_the_original_model_of_evaluate_is_checked_too(folders, capsys):
 def test_probe_with_more_held_out_lines_than_the_file_has(folders, capsys):
     code, err = _run(["probe", folders / "model", folders / "model", folders / "texts.txt", "--methods", "mean",
                       "--held-out", "2"], capsys)
-    assert code == 1 and "error: --held-out 2 must be between 1 and 1" in err, err
+    assert code == 1 and "error: --held-out 2 leaves no line to train on: texts='" in err, err
+    assert "texts.txt' has 2 non-blank lines" in err and "pass --held-out 1, or more text." in err, err
 
 
 def test_push_of_a_truncated_shard(folders, tmp_path, capsys, loopback_hub):

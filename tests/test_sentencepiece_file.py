@@ -188,3 +188,17 @@ def test_push_uploads_the_file_in_step_and_never_a_stale_one(llama_folder, russi
     assert "tokenizer.model is left out of the upload: it disagrees with tokenizer.json (it holds 1,200" in caplog.text
     files = loopback_hub.files("loopback-user/tiny-ru")
     assert "tokenizer.model" not in files and "tokenizer.json" in files
+
+
+@pytest.mark.parametrize("damage", ["{broken", '{"model": {"type": "BPE"}}'])
+def test_a_damaged_tokenizer_json_beside_a_tokenizer_model(llama_folder, russian, tmp_path, damage):
+    """push and gguf compare tokenizer.model with tokenizer.json, which they parsed by hand: a damaged one was a raw
+    JSONDecodeError (or KeyError 'vocab'). The comparison now leaves it to the tokenizer's loader, which names it."""
+    folder = extend_and_save(llama_folder, russian, tmp_path / "out")
+    (folder / "tokenizer.json").write_text(damage, encoding="utf-8")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    assert sentencepiece_mismatch(folder) is None
+    with pytest.raises(vocabshift.errors.ModelFolderError, match="the tokenizer cannot be loaded") as info:
+        vocabshift.push_to_hub(folder, "me/x", token="hf_unused")
+    assert f"{str(folder)!r} would publish a model that does not load" in str(info.value)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before

@@ -30,7 +30,7 @@ from ._version import __version__
 from .assemble import ROW_MULTIPLE
 from .atomic import atomic_folder
 from .cli_common import SUBCOMMANDS, arg, check_output, load_model, subcommand
-from .cli_types import POSITIVE_INT, SEED, shard_size
+from .cli_types import POSITIVE_INT, SEED, given_path, shard_size
 from .corpus import read_texts
 from .errors import InvalidArgumentError, VocabShiftError
 from .extend import extend_vocabulary
@@ -91,7 +91,8 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--method", default="subword", help="initialization method (default: subword); see `vocabshift methods`"),
     arg("--mode", default="extend", choices=("extend", "replace"),
         help="extend: keep every old id and append new tokens; replace: the new tokenizer becomes the vocabulary"),
-    arg("--source-tokenizer", help="the model's current tokenizer (default: the one in the model folder)"),
+    arg("--source-tokenizer", type=given_path,
+        help="the model's current tokenizer (default: the one in the model folder)"),
     arg("--pad-to-multiple-of", type=POSITIVE_INT, default=ROW_MULTIPLE,
         help=f"round the number of embedding rows up to a multiple of this (default: {ROW_MULTIPLE}, even "
              "tensor-parallel splits; 1: no rounding); rows without a token get placeholder tokens"),
@@ -99,13 +100,15 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     arg("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
         help="a method option, repeatable (e.g. --option input_weighting=char_length)"),
     arg("--max-shard-size", type=shard_size, help="largest safetensors shard to write (e.g. 2GB)"),
-    arg("--source-texts", help="source-language lines (.txt, .xz, .gz, .bz2) whose segmentation is checked (default: "
-        "1,500 English lines shipped with vocabshift)"),
+    arg("--source-texts", type=given_path,
+        help="source-language lines (.txt, .xz, .gz, .bz2) whose segmentation is checked (default: "
+             "1,500 English lines shipped with vocabshift)"),
     arg("--keep-source-segmentation", action=argparse.BooleanOptionalAction, default=None,
         help="leave out new tokens that change how the source-language lines are cut (same-script targets); with "
              "--target-texts only those not clearly the target language's (default: on with --target-texts)"),
-    arg("--target-texts", help="target-language lines (.txt, .xz, .gz, .bz2) for --keep-source-segmentation and the "
-        "tokens-per-word figures of the record"),
+    arg("--target-texts", type=given_path,
+        help="target-language lines (.txt, .xz, .gz, .bz2) for --keep-source-segmentation and the "
+             "tokens-per-word figures of the record"),
 )
 def cmd_extend(args: argparse.Namespace) -> int:
     files = {f"--option {key}": value for key, value in args.option if isinstance(value, str)}  # e.g. word_vectors

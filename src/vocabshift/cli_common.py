@@ -60,22 +60,54 @@ def load_model(path: str, *, argument: str = "model") -> Model:
     _check_model_path(path, argument)
     if Path(path).is_dir():  # a truncated or corrupted shard is named, before transformers fails on it
         check_folder_files(Path(path), sorted(file.name for file in Path(path).iterdir()))
-    try:
-        config = transformers.AutoConfig.from_pretrained(path)
-        architecture = (config.architectures or ["AutoModel"])[0]
-        model, info = getattr(transformers, architecture, transformers.AutoModel).from_pretrained(
-            path, output_loading_info=True, ignore_mismatched_sizes=True)  # a mismatch is named below
-    except CONFIG_ERRORS as error:  # what transformers raises for missing, unknown or unreadable files
-        why = f"{type(error).__name__}: {' '.join(str(error).split())}"
-        raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({why}): pass a folder written by "
-                               "save_pretrained, or a Hub repo id.") from None
-    _check_loaded(info, path, argument)
+    config = _loading(lambda: transformers.AutoConfig.from_pretrained(path), path, argument)
+    model_class = _model_class(config.architectures, path, argument)
+    model, info = _loading(lambda: model_class.from_pretrained(path, output_loading_info=True,
+                                                               ignore_mismatched_sizes=True), path, argument)
+    _check_loaded(info, path, argument)  # a mismatch is named there
     return model
 
 
+def _loading(load: Callable[[], Any], path: str, argument: str) -> Any:
+    """`load()`, with what transformers raises for missing, unknown or unreadable files named as such."""
+    try:
+        return load()
+    except CONFIG_ERRORS as error:
+        why = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({why}): pass a folder written by "
+                               "save_pretrained, or a Hub repo id.") from None
+
+
+def _model_class(architectures: Any, path: str, argument: str) -> Any:
+    """The transformers class config.json's "architectures" names (AutoModel where it names none).
+
+    Raises:
+        `ModelFolderError`: a value that names no model class of transformers (`getattr` would fall back to a
+            headless AutoModel, or fail on a name that is no string).
+    """
+    if not architectures:
+        return transformers.AutoModel
+    name = architectures[0] if isinstance(architectures, list) else None
+    found = getattr(transformers, name, None) if isinstance(name, str) else None
+    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
+        return found
+    raise ModelFolderError(f"{argument}={path!r} has \"architectures\": {architectures!r:.80} in its config.json, "
+                           f"which names no model class of transformers {transformers.__version__}: it is edited by "
+                           "hand or written for remote code; set it to the model's class, e.g. "
+                           "[\"LlamaForCausalLM\"], or save the model again.")
+
+
 def _check_loaded(info: dict[str, Any], path: str, argument: str) -> None:
-    """Refuse a model whose weights files lack tensors its config needs, or hold them in other shapes: transformers
-    would initialize them at random and go on."""
+    """Refuse a model whose weights files lack tensors its config needs, hold them in other shapes (transformers
+    would initialize them at random and go on), or hold tensors its class does not load (an untied head under a
+    headless or tied config: it would be left out of every output)."""
+    unused = sorted(info["unexpected_keys"])
+    if unused:
+        raise ModelFolderError(f"{argument}={path!r} holds tensors its config.json's class does not load: "
+                               f"{', '.join(unused[:5])}{' ...' if len(unused) > 5 else ''}; they would be left out "
+                               "of what vocabshift writes. Its \"architectures\" or \"tie_word_embeddings\" was "
+                               "edited or lost: set them as the model was saved (e.g. [\"LlamaForCausalLM\"]), or "
+                               "save the model again.")
     wrong = [f"{key} (missing)" for key in sorted(info["missing_keys"])]
     wrong += [f"{key} ({list(saved)} saved, {list(needed)} in config.json)"
               for key, saved, needed in sorted(info["mismatched_keys"])]

@@ -11,7 +11,7 @@ import transformers
 
 from .atomic import atomic_write_text
 from .cli_common import arg, card_output, subcommand
-from .cli_types import branch, repo_id
+from .cli_types import branch, given_path, repo_id
 from .export import OUTTYPES, export_gguf
 from .hub import model_card, push_to_hub
 from .inspection import inspect_folder, record_summary
@@ -60,7 +60,7 @@ def cmd_propagate(args: argparse.Namespace) -> int:
     arg("--language", action="append", help="ISO code of the new language, repeatable (base languages are added)"),
     arg("--license", help="Hub license id (default: the base model's)"),
     arg("--datasets", action="append", type=repo_id, help="Hub id of a dataset used for training, repeatable"),
-    arg("--output", help="where to write the card (default: FOLDER/README.md; '-' prints it)"),
+    arg("--output", type=given_path, help="where to write the card (default: FOLDER/README.md; '-' prints it)"),
     arg("--force", action="store_true", help="overwrite a README.md that vocabshift did not generate"),
 )
 def cmd_card(args: argparse.Namespace) -> int:
@@ -100,9 +100,11 @@ def cmd_push(args: argparse.Namespace) -> int:
     arg("output_path", help="the .gguf file to write (through a temporary file; replaced if it exists)"),
     arg("--outtype", default="f16", choices=OUTTYPES, help="tensor type (default: f16)"),
     arg("--vocab-only", action="store_true", help="write the vocabulary and metadata only, no tensors"),
-    arg("--source-tokenizer", help="the tokenizer of the model MODEL_DIR was made from (needed in replace mode)"),
-    arg("--llama-cpp", help="a llama.cpp checkout whose convert_hf_to_gguf.py to run (default: the converter of "
-        "llama-cpp-python's source distribution on PyPI, downloaded once and cached)"),
+    arg("--source-tokenizer", type=given_path,
+        help="the tokenizer of the model MODEL_DIR was made from (needed in replace mode)"),
+    arg("--llama-cpp", type=given_path,
+        help="a llama.cpp checkout whose convert_hf_to_gguf.py to run (default: the converter of "
+             "llama-cpp-python's source distribution on PyPI, downloaded once and cached)"),
 )
 def cmd_gguf(args: argparse.Namespace) -> int:
     path = export_gguf(args.model_dir, args.output_path, outtype=args.outtype, vocab_only=args.vocab_only,

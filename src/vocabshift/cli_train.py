@@ -17,7 +17,7 @@ from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_positions
 from .atomic import atomic_folder, atomic_write_text
 from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
-from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE
+from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE, given_path
 from .corpus import read_texts
 from .errors import InvalidArgumentError, RecordError, TokenizerLoadError, TokenizerMismatchError
 from .record import find_record, get_record, store_record
@@ -61,8 +61,10 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
         help="next_token: plain cross-entropy; distillation: learn from the original model on the same text "
              "(DistillationTrainer); auto (default): distillation where the model itself can be the teacher (extend "
              "mode, --rows new) or --teacher-model is given, next_token otherwise"),
-    arg("--teacher-tokenizer", help="distillation: the original tokenizer (default: the record's source model)"),
-    arg("--teacher-model", help="distillation of a replace-mode folder: the original model folder or Hub id"),
+    arg("--teacher-tokenizer", type=given_path,
+        help="distillation: the original tokenizer (default: the record's source model)"),
+    arg("--teacher-model", type=given_path,
+        help="distillation of a replace-mode folder: the original model folder or Hub id"),
     arg("--teacher-share", type=SHARE, default=_DISTILLATION_FLAGS["teacher_share"],
         help="distillation: the most of the sequences the teacher reads; the trainer lowers it while the student "
              "passes the teacher (default: 0.25)"),
@@ -74,8 +76,9 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
         help="distillation: weight of the source-language text read at the output head (one sequence every eighth "
              "step), so that new tokens in the source's script keep off it; read only where they cut it differently "
              "(default: 1; 0: off)"),
-    arg("--source-texts", help="distillation: lines of the model's main language for --source-weight (.txt, "
-                               ".xz, .gz, .bz2; default: the English lines shipped with vocabshift)"),
+    arg("--source-texts", type=given_path,
+        help="distillation: lines of the model's main language for --source-weight (.txt, "
+             ".xz, .gz, .bz2; default: the English lines shipped with vocabshift)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
     check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts,
@@ -216,7 +219,7 @@ def _teacher_dtype(name: str) -> torch.dtype | Literal["auto"] | None:
     "original model with its own tokenizer); prints a Markdown table.",
     arg("model", help="model folder (with its tokenizer)"),
     arg("texts", help=f"held-out text: {_TEXTS}"),
-    arg("--original-model", help="the original model folder or Hub id, scored with its own tokenizer"),
+    arg("--original-model", type=given_path, help="the original model folder or Hub id, scored with its own tokenizer"),
     arg("--max-lines", type=POSITIVE_INT, help="score only the first N lines"),
     arg("--add-to-record", action="store_true", help="store the result in the folder's config.json record"),
 )
@@ -288,8 +291,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if repeated := sorted({value for value in values if values.count(value) > 1}):
             raise InvalidArgumentError(f"{flag} names {', '.join(repeated)} more than once: name each once.")
     texts = read_texts(args.texts)
-    if not 0 < args.held_out < len(texts):
-        raise InvalidArgumentError(f"--held-out {args.held_out} must be between 1 and {len(texts) - 1} (lines - 1).")
+    if args.held_out >= len(texts):  # --held-out is >= 1 (argparse)
+        fix = f"pass --held-out {max(1, len(texts) // 5)}, or more text" if len(texts) > 1 else "pass more text"
+        raise InvalidArgumentError(f"--held-out {args.held_out} leaves no line to train on: texts={args.texts!r} has "
+                                   f"{len(texts):,} non-blank lines, and probe scores the last {args.held_out} and "
+                                   f"trains on the lines before them; {fix}.")
     source = model_tokenizer(args.model)
     result = probe(load_model(args.model), args.new_tokenizer, texts[: -args.held_out], texts[-args.held_out :],
                    methods=args.methods, objectives=args.objectives, steps=args.steps, eval_every=args.eval_every,

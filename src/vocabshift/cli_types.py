@@ -16,7 +16,7 @@ from .errors import InvalidArgumentError
 from .hub.push import check_revision
 
 __all__ = ["CONTEXT", "NON_NEGATIVE_RATE", "POSITIVE_INT", "POSITIVE_RATE", "SEED", "SHARE", "branch",
-           "repo_id", "shard_size"]
+           "given_path", "repo_id", "shard_size"]
 
 
 def _number(kind: type, accepted: str, valid: Callable[[float], bool]) -> Callable[[str], float]:
@@ -66,3 +66,12 @@ def shard_size(text: str) -> str | int:
         return check_shard_size(int(text) if text.strip().isdigit() else text, name="max_shard_size")
     except InvalidArgumentError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def given_path(text: str) -> str:
+    """A path (or Hub id) of an optional flag: an empty one (an unset shell variable, `--source-texts "$EN"`) is
+    refused, where the command would read it as the flag left out and use the default without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path: pass a path, or leave the flag out for its "
+                                         "default")
+    return text

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+import torch
 from huggingface_hub.errors import HFValidationError, StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, PretrainedConfig
@@ -65,7 +66,20 @@ def read_config(folder: Path) -> dict[str, Any]:
     """
     if not (folder / "config.json").is_file():
         raise missing_config(folder, repr(str(folder)))
-    return read_json_object(folder / "config.json")
+    config = read_json_object(folder / "config.json")
+    _check_dtype(folder / "config.json", config)
+    return config
+
+
+def _check_dtype(path: Path, config: dict[str, Any]) -> None:
+    """"dtype" (or the older "torch_dtype") names a torch dtype: transformers looks it up on `torch` and fails with
+    a raw AttributeError, which the tokenizer's loader (it reads config.json too) would report as its own."""
+    for key in ("dtype", "torch_dtype"):
+        value = config.get(key)
+        if value is not None and not (isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)):
+            raise ModelFolderError(f"{str(path)!r} has \"{key}\": {value!r:.40}, which names no torch dtype: it is "
+                                   "edited by hand or corrupted; set it to the dtype of the weights (e.g. \"float32\" "
+                                   "or \"bfloat16\"), or save the model again.")
 
 
 def load_config(folder: Path) -> PretrainedConfig:

@@ -9,11 +9,11 @@ them resolved the same way.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from tokenizers import Tokenizer as BackendTokenizer
 
 from ._typing import Tokenizer
 from .embeddings import input_matrix, non_finite_rows
@@ -104,13 +104,16 @@ def check_helper_vocabulary(folder: str | Path | None, tokenizer: Tokenizer) -> 
     """When the helper comes from a folder that holds its tokenizer, its vocabulary must be `tokenizer`'s.
 
     Raises:
-        `HelperModelError`: naming the first differing pieces.
+        `HelperModelError`: naming the first differing pieces, or a tokenizer.json that cannot be read.
     """
     if not folder or not (path := Path(folder, "tokenizer.json")).is_file():  # a tensor, a model built in memory
         return
-    model = json.loads(path.read_text(encoding="utf-8"))["model"]
-    vocab = model["vocab"]
-    saved = {piece: i for i, (piece, _) in enumerate(vocab)} if isinstance(vocab, list) else vocab
+    try:
+        saved = BackendTokenizer.from_file(str(path)).get_vocab(with_added_tokens=False)
+    except Exception as error:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise HelperModelError(f"helper_model's tokenizer ({path}) cannot be read ({type(error).__name__}: {error}): "
+                               "it is damaged. Save the helper's tokenizer there again (tokenizer.save_pretrained), "
+                               "or pass the helper's input embedding matrix as a tensor.") from None
     expected = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False)
     differing = sorted(set(saved.items()) ^ set(expected.items()), key=lambda item: item[1])[:3]
     if differing:

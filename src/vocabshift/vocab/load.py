@@ -74,6 +74,11 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
         ) from error
     if not hasattr(tokenizer, "backend_tokenizer"):
         raise InvalidTokenizerError(f"{argument}={str(value)!r} loads as a slow tokenizer; pass {_ACCEPTED}.")
+    if not isinstance(tokenizer.model_max_length, (int, float)):  # transformers compares it with each text's length
+        raise TokenizerLoadError(f"{argument}={str(value)!r} has \"model_max_length\": "
+                                 f"{tokenizer.model_max_length!r:.40} in its tokenizer_config.json, where a number of "
+                                 "tokens belongs: it is edited by hand or corrupted; set a number (e.g. 8192) or "
+                                 "remove the key.")
     return tokenizer
 
 

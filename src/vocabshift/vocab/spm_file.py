@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer as BackendTokenizer
+
 from .._typing import Tokenizer
 from ._splice import merge_pairs
 from .forms import SPIECE, backend_state
@@ -113,7 +115,7 @@ def sentencepiece_mismatch(folder: str | os.PathLike) -> str | None:
 
     In step means: its pieces are tokenizer.json's tokens, id for id; tokenizer.json may have added tokens beyond
     them (as Gemma-3's image token), but no model piece. A tokenizer.model in another format (tiktoken) is not
-    read by the SentencePiece paths and is not judged.
+    read by the SentencePiece paths and is not judged, nor is a tokenizer.json that does not load.
     """
     path, tokenizer_json = Path(folder) / FILE, Path(folder) / "tokenizer.json"
     if not path.is_file() or not tokenizer_json.is_file():
@@ -122,7 +124,11 @@ def sentencepiece_mismatch(folder: str | os.PathLike) -> str | None:
         model = parse_model(path.read_bytes())
     except ValueError:
         return None
-    return _mismatch(model.pieces, json.loads(tokenizer_json.read_text(encoding="utf-8")), extension=False)
+    try:
+        state = json.loads(BackendTokenizer.from_file(str(tokenizer_json)).to_str())
+    except Exception:  # tokenizers' bare Exception: the tokenizer's own loader names the damage (inspect, push, gguf)
+        return None
+    return _mismatch(model.pieces, state, extension=False)
 
 
 def _file_for(tokenizer: Tokenizer, like: Tokenizer | None) -> tuple[bytes | None, str | None]:

@@ -37,10 +37,19 @@ def check_finite(parameters: list[torch.nn.Parameter], args: TrainingArguments, 
     raise TrainingDivergedError(
         f"Training diverged at step {step}: {rows if not where else 'some'} trained rows{where} hold NaN or infinite "
         f"values after its optimizer step, so the trained weights are lost. Start again from "
-        f"the model (or a checkpoint saved before step {step}) with a lower learning_rate than "
-        f"{args.learning_rate:g}, or with warmup_steps or max_grad_norm; where float16 overflows (a float16 model "
-        "or teacher, fp16=True), train in bfloat16 or float32."
+        f"the model (or a checkpoint saved before step {step}) {_fix(args)}"
     )
+
+
+def _fix(args: TrainingArguments) -> str:
+    """What to change: a weight decay above 1 where AdamW's decoupled decay alone flips or grows the weights (it
+    scales them by 1 - learning_rate x weight_decay each step), else the learning rate and what tames a step."""
+    if args.weight_decay > 1 and args.learning_rate * args.weight_decay >= 1:
+        return (f"with a weight_decay below 1 / learning_rate (0 to 0.1 is usual): weight_decay={args.weight_decay:g} "
+                f"with learning_rate={args.learning_rate:g} makes AdamW scale each weight by "
+                f"{1 - args.learning_rate * args.weight_decay:g} per step.")
+    return (f"with a lower learning_rate than {args.learning_rate:g}, or with warmup_steps or max_grad_norm; where "
+            "float16 overflows (a float16 model or teacher, fp16=True), train in bfloat16 or float32.")
 
 
 def _local(parameter: torch.nn.Parameter) -> torch.Tensor:
