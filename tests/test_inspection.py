@@ -57,6 +57,7 @@ def test_a_truncated_or_corrupted_shard_is_a_problem(folder, capsys, damage, why
     code, out, _ = _inspect(folder, capsys)
     assert code == 1 and re.search(f"PROBLEM: '{shard}' is not a valid safetensors file \\({why}.*\\): it is "
                                    "truncated or corrupted", out), out
+    assert "decode to a token\n" in out and "tensor-parallel" not in out  # the rows are unknown (it said "up to 0")
 
 
 @pytest.mark.parametrize("flatten", [lambda rows: rows[:, 0], lambda rows: rows[0, 0]], ids=["1-D", "0-D"])
