@@ -128,3 +128,15 @@ def test_a_folder_without_config_or_weights(tmp_path, folder, capsys):
 def test_a_folder_that_is_not_a_path():
     with pytest.raises(vocabshift.errors.InvalidArgumentTypeError, match="folder=3 is a int: pass a path"):
         vocabshift.inspect_folder(3)
+
+
+def test_a_tokenizer_that_lost_merges_of_new_tokens_is_a_problem(folder, capsys):
+    """Merges dropped from tokenizer.json leave the vocabulary (and its fingerprint) as it was, and the sampled
+    round trip can miss the tokens they made: the folder was reported consistent."""
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["model"]["merges"] = data["model"]["merges"][:-3]
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and re.search(r"PROBLEM: \d+ new tokens \(first .*\) are produced by none of the tokenizer's "
+                                   "merges", out), out
