@@ -140,3 +140,13 @@ def test_a_tokenizer_that_lost_merges_of_new_tokens_is_a_problem(folder, capsys)
     code, out, _ = _inspect(folder, capsys)
     assert code == 1 and re.search(r"PROBLEM: \d+ new tokens \(first .*\) are produced by none of the tokenizer's "
                                    "merges", out), out
+
+
+def test_a_propagated_folder_says_so(folder, capsys):
+    """The record line names the model extend started from; after LEP the folder holds the instruct model's layers,
+    and the report said nothing of it."""
+    config = json.loads((folder / "config.json").read_text())
+    config["vocabshift"]["propagation"] = [{"method": "overlap", "adapted": "out/base-ru", "instruct": "org/instruct"}]
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 0 and "  propagation: LEP overlap carried the rows of out/base-ru into org/instruct\n" in out, out

@@ -192,6 +192,9 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
                                f"{type(tokenizer).__name__} that may segment text differently")
     report.facts.append(("record", f"{record.method} ({record.mode}), {len(record.new_ids):,} new tokens, "
                                    f"seed {record.seed}, from {record.source_model or '(unnamed model)'}"))
+    for entry in record.propagation:  # the layers are the last instruct model's, not the source's
+        report.facts.append(("propagation", f"LEP {entry.get('method') or '?'} carried the rows of "
+                                            f"{entry.get('adapted') or '?'} into {entry.get('instruct') or '?'}"))
 
 
 def _check_special_ids(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None) -> None:
