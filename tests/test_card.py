@@ -172,6 +172,22 @@ def test_card_after_lep_from_an_adapted_folder_names_the_instruct_model(tmp_path
         "vocabulary" in card.text
 
 
+def test_card_after_lep_between_local_folders_says_the_model_is_instruct(tmp_path):
+    """With base, adapted and instruct all folders, the card said the output was the base folder with a new
+    vocabulary, that its layers were the base model's, and reproduced the extension into the output folder (which
+    the propagate command after it then writes again) instead of into the adapted folder propagate read."""
+    lineage = {"base": "models/base", "adapted": "out/base-ru", "instruct": "models/instruct", "base_revision": None,
+               "adapted_revision": None, "instruct_revision": None, "method": "overlap",
+               "command": ["vocabshift", "propagate", "out/base-ru", "models/base", "models/instruct", "out/lep",
+                           "--method", "overlap"]}
+    record = make_record(source_model="models/base", propagation=[lineage])
+    card = vocabshift.model_card(write_folder(tmp_path / "lep", record), language="ru", license="mit")
+    assert card.data.base_model is None and "lep is `models/instruct` with a new vocabulary" in card.text
+    assert "the transformer layers are those of `models/instruct`, with its knowledge" in card.text
+    assert "base model's, with its knowledge" not in card.text
+    assert "vocabshift extend models/base path/to/new-tokenizer out/base-ru \\\n" in card.text
+
+
 def test_card_tells_what_each_evaluation_measured(tmp_path):
     """An evaluation stored before training, or on the adapted model before LEP carried its rows into this one, is
     captioned as such: under the card's Evaluation heading it read as this model's figures."""

@@ -57,6 +57,7 @@ def test_a_truncated_or_corrupted_shard_is_a_problem(folder, capsys, damage, why
     code, out, _ = _inspect(folder, capsys)
     assert code == 1 and re.search(f"PROBLEM: '{shard}' is not a valid safetensors file \\({why}.*\\): it is "
                                    "truncated or corrupted", out), out
+    assert "decode to a token\n" in out and "tensor-parallel" not in out  # the rows are unknown (it said "up to 0")
 
 
 @pytest.mark.parametrize("flatten", [lambda rows: rows[:, 0], lambda rows: rows[0, 0]], ids=["1-D", "0-D"])
@@ -127,3 +128,25 @@ def test_a_folder_without_config_or_weights(tmp_path, folder, capsys):
 def test_a_folder_that_is_not_a_path():
     with pytest.raises(vocabshift.errors.InvalidArgumentTypeError, match="folder=3 is a int: pass a path"):
         vocabshift.inspect_folder(3)
+
+
+def test_a_tokenizer_that_lost_merges_of_new_tokens_is_a_problem(folder, capsys):
+    """Merges dropped from tokenizer.json leave the vocabulary (and its fingerprint) as it was, and the sampled
+    round trip can miss the tokens they made: the folder was reported consistent."""
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["model"]["merges"] = data["model"]["merges"][:-3]
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and re.search(r"PROBLEM: \d+ new tokens \(first .*\) are produced by none of the tokenizer's "
+                                   "merges", out), out
+
+
+def test_a_propagated_folder_says_so(folder, capsys):
+    """The record line names the model extend started from; after LEP the folder holds the instruct model's layers,
+    and the report said nothing of it."""
+    config = json.loads((folder / "config.json").read_text())
+    config["vocabshift"]["propagation"] = [{"method": "overlap", "adapted": "out/base-ru", "instruct": "org/instruct"}]
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 0 and "  propagation: LEP overlap carried the rows of out/base-ru into org/instruct\n" in out, out

@@ -213,6 +213,22 @@ def test_swap_measures_its_identity_residual_on_spread_runs(monkeypatch):
     assert len(torch.unique(sample)) == 64 and torch.equal(fit.spread_runs(ids[:50], runs=4), ids[:50])
 
 
+def test_a_small_fit_residual_is_recorded_to_its_digits():
+    """The residual comes from the accumulated products (‖B‖² − 2⟨W, AᵀB⟩ + ⟨W, AᵀA W⟩), which cancel to a small
+    number: ‖B‖² summed from float32 row norms was off by a part in 10⁷, which made a residual of 0.00694 read
+    0.006938 instead of 0.006943 (SmolLM2 in bfloat16, by hand); now every term is float64."""
+    from vocabshift.propagation.fit import _NormalEquations
+
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(4000, 64, generator=generator)
+    b = a @ torch.randn(64, 64, generator=generator) + 1e-3 * torch.randn(4000, 64, generator=generator)
+    equations = _NormalEquations(64)
+    equations.add(a, b)
+    weight, error, _ = equations.solve()
+    direct = torch.linalg.vector_norm(a.double() @ weight - b.double()) / torch.linalg.vector_norm(b.double())
+    assert abs((error / equations.target_norm) ** 0.5 / float(direct) - 1) < 1e-6
+
+
 def test_the_map_skips_rows_cpt_left_unchanged():
     from vocabshift.propagation.fit import Fit
 

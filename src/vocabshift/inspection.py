@@ -2,12 +2,14 @@
 
 Checks: embedding rows against the config's vocabulary size and the tokenizer; the output head (tied, or untied
 with as many rows); the ExtensionRecord against the folder; special token ids; a tokenizer round trip on a few
-strings, including texts of new tokens; the serving invariants (`serving.py`). Weights are never loaded: shapes
-come from the safetensors headers and parameter names from a model built on the meta device.
+strings, including texts of new tokens; BPE merges that produce the new tokens; the serving invariants
+(`serving.py`). Weights are never loaded: shapes come from the safetensors headers and parameter names from a model
+built on the meta device.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +106,7 @@ def inspect_folder(folder: str | os.PathLike, *, gguf: bool = False) -> Inspecti
     _check_sizes(report, config, tokenizer, rows, tied)
     _check_special_ids(report, config, tokenizer, rows)
     _check_round_trip(report, tokenizer)
+    _check_merges(report, tokenizer)
     check_serving(report, config, tokenizer, rows, gguf=gguf)
     return report
 
@@ -189,6 +192,9 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
                                f"{type(tokenizer).__name__} that may segment text differently")
     report.facts.append(("record", f"{record.method} ({record.mode}), {len(record.new_ids):,} new tokens, "
                                    f"seed {record.seed}, from {record.source_model or '(unnamed model)'}"))
+    for entry in record.propagation:  # the layers are the last instruct model's, not the source's
+        report.facts.append(("propagation", f"LEP {entry.get('method') or '?'} carried the rows of "
+                                            f"{entry.get('adapted') or '?'} into {entry.get('instruct') or '?'}"))
 
 
 def _check_special_ids(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None) -> None:
@@ -230,3 +236,18 @@ def _check_round_trip(report: Inspection, tokenizer: Tokenizer) -> None:
         report.problems.append("the tokenizer never produces its new tokens, even on their own text")
     elif new_ids:
         report.facts.append(("new tokens", f"{produced}/{len(new_ids)} sampled new tokens come back from their text"))
+
+
+def _check_merges(report: Inspection, tokenizer: Tokenizer) -> None:
+    """In a BPE that applies its merges (no `ignore_merges`), a new token of several characters that no merge
+    produces is never produced: its merges were lost (the sampled round trip may miss it)."""
+    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    if report.record is None or model.get("type") != "BPE" or model.get("ignore_merges"):
+        return
+    produced = {"".join(m.split(" ", 1) if isinstance(m, str) else m) for m in model["merges"]}
+    tokens = {index: token for token, index in model["vocab"].items()}
+    lost = [tokens[i] for i in report.record.new_ids if len(tokens.get(i, "")) > 1 and tokens[i] not in produced]
+    if lost:
+        report.problems.append(f"{len(lost):,} new tokens (first {lost[:3]!r}) are produced by none of the "
+                               "tokenizer's merges, so it never produces them: tokenizer.json is not the one "
+                               "extend_vocabulary returned; save the tokenizer it returned again")

@@ -39,8 +39,8 @@ def check_serving(report: Inspection, config: Any, tokenizer: Tokenizer, rows: i
                  f"{missing[:5]}); a server that samples one (vLLM can) cannot decode it: extend_vocabulary names "
                  "such rows with placeholder tokens")
     shards = _largest_power_of_two(rows) if rows else 0
-    report.facts.append(("serving", f"{vocab_size - len(missing):,} of {vocab_size:,} ids decode to a token; the "
-                                    f"rows split evenly over up to {shards} tensor-parallel shards"))
+    split = f"; the rows split evenly over up to {shards} tensor-parallel shards" if rows else ""  # rows unread
+    report.facts.append(("serving", f"{vocab_size - len(missing):,} of {vocab_size:,} ids decode to a token{split}"))
     if rows and shards < 8:  # a choice (pad_to_multiple_of=1), not an inconsistency
         report.notes.append(f"{rows:,} rows split evenly over at most {shards} tensor-parallel shards: extend with "
                             "pad_to_multiple_of=128 for any power of two up to 128")

@@ -167,8 +167,9 @@ def _card_command(output: str, options: dict[str, Any]) -> str:
 
 
 def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options: dict[str, Any]) -> list[str]:
-    adapted = named_repo(record.propagation[-1], "adapted") if record.propagation else None
-    extended = adapted.split("/")[-1] if adapted else output
+    last = record.propagation[-1] if record.propagation else {}
+    adapted = named_repo(last, "adapted")
+    extended = adapted.split("/")[-1] if adapted else last.get("adapted") or output  # the folder LEP read
     version = f"=={record.vocabshift_version}" if record.vocabshift_version else ""
     lines = [f"pip install vocabshift{version}",
              f"# new tokenizer: the one whose vocabulary fingerprint (sha256 of its sorted (id, token) pairs, "
@@ -187,8 +188,10 @@ def _shell_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _limits(record: ExtensionRecord) -> list[str]:
+    instruct = record.propagation[-1].get("instruct") if record.propagation else None
+    owner = f"those of {_link(record.propagation[-1], 'instruct')}, " if instruct else "the base model's, "
     limits = ["vocabshift changed the vocabulary and the embedding rows (input and output); the transformer layers "
-              "are the base model's, with its knowledge, biases and limitations."]
+              f"are {owner}with its knowledge, biases and limitations."]
     if not record.cpt:
         limits.append("The new rows were initialized but not trained: expect weak text in the new language until "
                       "embedding-only continued pretraining.")
@@ -202,19 +205,24 @@ def _limits(record: ExtensionRecord) -> list[str]:
     return limits
 
 
+def _base_link(record: ExtensionRecord, base_model: str | list[str] | None) -> str | None:
+    """The model the card's first sentence says this one is, with a new vocabulary."""
+    base = base_model[0] if isinstance(base_model, list) else base_model
+    if record.propagation and record.propagation[-1].get("instruct"):  # LEP wrote instruct's weights (repo or folder)
+        return _link(record.propagation[-1], "instruct")
+    if record.earlier or not base:  # the last extension (the chain follows), or its source
+        return _link(record) if record.source_model else None
+    return f"[{base}](https://huggingface.co/{base})"  # a repo id: checked when given, named_repo's when not
+
+
 def body(record: ExtensionRecord, *, title: str, repo_id: str, base_model: str | list[str] | None,
          pipeline_tag: str | None, plots: Sequence[str], transformers_version: str | None,
          card_options: dict[str, Any]) -> dict[str, Any]:
     """Template variables of the card's body."""
     method = _method(record)
-    base = base_model[0] if isinstance(base_model, list) else base_model
-    if record.earlier or not base:  # the first sentence tells the last extension (the chain follows), or its source
-        base_link = _link(record) if record.source_model else None
-    else:  # a repo id: checked when given, named_repo's when not
-        base_link = f"[{base}](https://huggingface.co/{base})"
     return {
         "title": title,
-        "base_link": base_link,
+        "base_link": _base_link(record, base_model),
         "method": method,
         "record": record,
         "new_tokens": f"{len(record.new_ids):,}",

@@ -94,8 +94,10 @@ class _NormalEquations:
         self.identity_error += _squared_norm(a - b)
 
     def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
-        self.add_norms(a, b)
+        """The products and the norms, all in float64: the residual of a close fit is a small difference of these
+        terms (‖B‖² − 2⟨W, AᵀB⟩ + ⟨W, AᵀA W⟩), which float32 norms would swamp."""
         a, b = (self._float64(rows, side) for side, rows in enumerate((a, b)))
+        self.add_norms(a, b)
         matrix = a.numpy()  # NumPy runs `X.T @ X` as a symmetric rank-k update (syrk): half the products of a gemm
         self.gram += torch.from_numpy(matrix.T @ matrix)
         self.cross.addmm_(a.T, b)
