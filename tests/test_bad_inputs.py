@@ -1001,8 +1001,8 @@ CLI = {
                                "Restore config.json from the folder vocabshift saved"),
     # hand-edited config.json and tokenizer_config.json: each was a raw error, a wrong cause, or a silent loss
     "extend a model whose config lost its architectures": (  # AutoModel loaded it headless: the untied head was lost
-        ["extend", "{root}/headless", "{extended}", "{root}/out"], "headless' holds tensors its config.json's class "
-        "does not load: lm_head.weight; they would be left out of what vocabshift writes"),
+        ["extend", "{root}/headless", "{extended}", "{root}/out"], "headless' holds an output head its config.json's "
+        "class does not load (lm_head.weight): it would be left out of what vocabshift writes"),
     "train a model of an unknown architecture": (
         ["train", "{root}/unknown-architecture", "{root}/file.txt", "{root}/out"],
         "has \"architectures\": ['FooForCausalLM'] in its config.json, which names no model class of transformers"),

@@ -64,7 +64,7 @@ def load_model(path: str, *, argument: str = "model") -> Model:
     model_class = _model_class(config.architectures, path, argument)
     model, info = _loading(lambda: model_class.from_pretrained(path, output_loading_info=True,
                                                                ignore_mismatched_sizes=True), path, argument)
-    _check_loaded(info, path, argument)  # a mismatch is named there
+    _check_loaded(model, info, path, argument)  # a mismatch is named there
     return model
 
 
@@ -97,17 +97,19 @@ def _model_class(architectures: Any, path: str, argument: str) -> Any:
                            "[\"LlamaForCausalLM\"], or save the model again.")
 
 
-def _check_loaded(info: dict[str, Any], path: str, argument: str) -> None:
+def _check_loaded(model: Model, info: dict[str, Any], path: str, argument: str) -> None:
     """Refuse a model whose weights files lack tensors its config needs, hold them in other shapes (transformers
-    would initialize them at random and go on), or hold tensors its class does not load (an untied head under a
-    headless or tied config: it would be left out of every output)."""
-    unused = sorted(info["unexpected_keys"])
-    if unused:
-        raise ModelFolderError(f"{argument}={path!r} holds tensors its config.json's class does not load: "
-                               f"{', '.join(unused[:5])}{' ...' if len(unused) > 5 else ''}; they would be left out "
-                               "of what vocabshift writes. Its \"architectures\" or \"tie_word_embeddings\" was "
-                               "edited or lost: set them as the model was saved (e.g. [\"LlamaForCausalLM\"]), or "
-                               "save the model again.")
+    would initialize them at random and go on), or hold an output head its class does not load (an untied head
+    under a headless or tied config: it would be left out of every output). Other tensors the class does not load
+    (a checkpoint's extra buffers or prediction layers) are left out as transformers leaves them."""
+    head = model.get_output_embeddings()
+    heads = {f"{name}.weight" for name, module in model.named_modules() if head is not None and module is head}
+    dropped = sorted(key for key in info["unexpected_keys"] if key in heads or key.endswith("lm_head.weight"))
+    if dropped:
+        raise ModelFolderError(f"{argument}={path!r} holds an output head its config.json's class does not load "
+                               f"({', '.join(dropped)}): it would be left out of what vocabshift writes. Its "
+                               "\"architectures\" or \"tie_word_embeddings\" was edited or lost: set them as the "
+                               "model was saved (e.g. [\"LlamaForCausalLM\"]), or save the model again.")
     wrong = [f"{key} (missing)" for key in sorted(info["missing_keys"])]
     wrong += [f"{key} ({list(saved)} saved, {list(needed)} in config.json)"
               for key, saved, needed in sorted(info["mismatched_keys"])]
