@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import collections
 import itertools
-import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tokenizers import models
 
+from .forms import BYTE_PIECE
+
 __all__ = ["append_unigram", "append_wordpiece", "built_from", "drop_pieces", "drop_unreachable", "merge_pairs",
            "next_id", "splice_bpe"]
-
-
-_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
 
 
 def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
@@ -63,7 +61,7 @@ def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[s
     vocab, merges = state["model"]["vocab"], state["model"]["merges"]
     first, added, pending = next_id(state), list[str](), list[str]()
     for piece, native in natives.items():  # new base characters (SentencePiece BPE may lack some), those of
-        if piece not in wanted or _BYTE_PIECE.fullmatch(native):  # longer pieces too: without 'э' the model would
+        if piece not in wanted or BYTE_PIECE.match(native):  # longer pieces too: without 'э' the model would
             continue  # cut 'элемент' into byte pieces
         for char in native:
             if char not in vocab and (len(native) == 1 or allowed(char)):
@@ -136,7 +134,7 @@ def _build(state: dict[str, Any], piece: str, produced: list[str], allowed: Call
     (a merge result that could occur in source-language text would change how it is cut); give up otherwise. New
     pieces take their ids from `ids`."""
     vocab, merges, sequence = state["model"]["vocab"], state["model"]["merges"], list(produced)
-    if state["model"].get("byte_fallback") and any(_BYTE_PIECE.match(part) for part in sequence):
+    if state["model"].get("byte_fallback") and any(BYTE_PIECE.match(part) for part in sequence):
         return  # a merge of '<0xD1>' and '<0x8D>' makes a piece that reads '<0xD1><0x8D>', not 'э'
     while len(sequence) > 1:
         index = next((i for i in range(len(sequence) - 1) if allowed(sequence[i] + sequence[i + 1])), None)

@@ -16,11 +16,11 @@ from typing import Any, Literal
 from .._typing import Tokenizer
 from ..errors import UnsupportedTokenizerError
 
-__all__ = ["Family", "TokenForm", "backend_state", "byte_alphabet", "detect_family", "native_bytes", "native_string",
-           "token_forms"]
+__all__ = ["BYTE_PIECE", "Family", "TokenForm", "backend_state", "byte_alphabet", "detect_family", "native_bytes",
+           "native_string", "token_forms"]
 
 Family = Literal["bytelevel", "sentencepiece", "wordpiece"]
-_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")  # a SentencePiece byte-fallback piece
 SPIECE = "\u2581"
 _MAX_HOLES = 4096  # ids without a token accepted however small the vocabulary
 
@@ -133,7 +133,7 @@ def _model_form(piece: str, family: Family, state: dict[str, Any]) -> TokenForm:
         if piece.startswith(prefix) and len(piece) > len(prefix):
             return TokenForm(piece[len(prefix):].encode())
         return TokenForm(piece.encode(), True)
-    byte = _BYTE_PIECE.match(piece)
+    byte = BYTE_PIECE.match(piece)
     if byte and state["model"].get("byte_fallback"):
         return TokenForm(bytes([int(byte.group(1), 16)]), fallback=True)
     raw = piece.replace(SPIECE, " ").encode()
@@ -180,7 +180,7 @@ def native_bytes(piece: str, family: Family) -> bytes:
     if family == "bytelevel":
         alphabet, table = _byte_decoder()
         return piece.translate(table).encode("latin-1") if alphabet.issuperset(piece) else piece.encode()
-    byte = _BYTE_PIECE.match(piece)
+    byte = BYTE_PIECE.match(piece)
     return bytes([int(byte.group(1), 16)]) if byte else piece.replace(SPIECE, " ").encode()
 
 
