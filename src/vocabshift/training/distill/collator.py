@@ -137,19 +137,20 @@ class DistillationCollator:
         sides = [tok(texts, add_special_tokens=False, return_offsets_mapping=True)
                  for tok in (self.tokenizer, self.teacher_tokenizer)]
         limits = (self.max_length, self.max_teacher_length or 8 * self.max_length)
-        self._warn_of_long_texts([len(ids) + 1 for ids in sides[0]["input_ids"]])
+        self._warn_of_long_texts(sides[0]["input_ids"])
         rows = [self._row(self._side(sides[0], i, self._prefixes[0]), self._side(sides[1], i, self._prefixes[1]),
                           limits) for i in range(len(texts))]
         return _pad(rows)
 
-    def _warn_of_long_texts(self, lengths: list[int]) -> None:
-        """Say once that texts longer than `max_length` lose their rest (raw documents given as the dataset)."""
+    def _warn_of_long_texts(self, encoded: list[list[int]]) -> None:
+        """Say once that texts longer than `max_length` (with the prefix token) lose their rest (raw documents given
+        as the dataset); nothing is counted once it has been said."""
         if self._warned:
             return
-        long = sum(length > self.max_length for length in lengths)
+        long = sum(len(ids) + 1 > self.max_length for ids in encoded)
         if long:
             self._warned = True
-            logger.warning(f"{long} of {len(lengths)} texts in a batch are longer than max_length={self.max_length} "
+            logger.warning(f"{long} of {len(encoded)} texts in a batch are longer than max_length={self.max_length} "
                            "tokens: the collator reads the first max_length of each and drops the rest. Pass the "
                            "texts through vocabshift.training.pack_texts(texts, tokenizer, max_length=...), which "
                            "cuts long texts into pieces that fit, or raise max_length.")
