@@ -9,7 +9,6 @@ built on the meta device.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,8 @@ from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadErro
 from .headers import check_weight_map, load_config, read_config, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
+from .vocab._splice import merge_pairs
+from .vocab.forms import backend_state
 from .vocab.load import fingerprint, load_tokenizer
 
 __all__ = ["Inspection", "inspect_folder"]
@@ -241,10 +242,10 @@ def _check_round_trip(report: Inspection, tokenizer: Tokenizer) -> None:
 def _check_merges(report: Inspection, tokenizer: Tokenizer) -> None:
     """In a BPE that applies its merges (no `ignore_merges`), a new token of several characters that no merge
     produces is never produced: its merges were lost (the sampled round trip may miss it)."""
-    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    model = backend_state(tokenizer)["model"]
     if report.record is None or model.get("type") != "BPE" or model.get("ignore_merges"):
         return
-    produced = {"".join(m.split(" ", 1) if isinstance(m, str) else m) for m in model["merges"]}
+    produced = {left + right for left, right in merge_pairs(model)}
     tokens = {index: token for token, index in model["vocab"].items()}
     lost = [tokens[i] for i in report.record.new_ids if len(tokens.get(i, "")) > 1 and tokens[i] not in produced]
     if lost:
