@@ -97,6 +97,16 @@ def test_partial_bytes_segment_through_bytes(tokenizers_en):
     assert Segmenter(tokenizers_en["wordpiece"]).segment(TokenForm(b"\xd0")) == []
 
 
+@pytest.mark.parametrize("family", ["unigram", "wordpiece"])
+def test_text_the_source_cannot_represent_has_no_decomposition(tokenizers_en, family):
+    """Unigram's unk (an `unk_id`, not an `unk_token`) went into decompositions: ' в' was ['▁', '<unk>'], so the new
+    token's row was composed from the unk row."""
+    segmenter = Segmenter(tokenizers_en[family])
+    assert segmenter.segment(TokenForm("в".encode(), True)) == []
+    assert segmenter.segment(TokenForm("aв".encode(), True)) == []
+    assert segmenter.segment(TokenForm(b"a", True)) != []
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_alignment_of_two_tokenizers(tokenizers_en, tokenizers_ru, family):
     source, target = tokenizers_en[family], tokenizers_ru[family]

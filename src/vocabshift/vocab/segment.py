@@ -50,7 +50,8 @@ class Segmenter:
         }
         self._backend = Tokenizer.from_str(json.dumps(state))
         model = state["model"]
-        self._unk = self._backend.token_to_id(model["unk_token"]) if model.get("unk_token") else None
+        self._unk = model.get("unk_id") if model["type"] == "Unigram" else (
+            self._backend.token_to_id(model["unk_token"]) if model.get("unk_token") else None)
         self._byte_fallback = bool(model.get("byte_fallback"))
         self._prefix = model.get("continuing_subword_prefix") or "##"
         self._max_chars = model.get("max_input_chars_per_word", 100)
@@ -66,7 +67,7 @@ class Segmenter:
         if self.family == "wordpiece" and not form.word_start:
             return self._wordpiece_continuation(text)
         ids = self._backend.encode(text, add_special_tokens=False).ids
-        return [i for i in ids if i != self._unk]
+        return [] if self._unk in ids else ids  # a part it cannot represent: no pieces spell the token
 
     def _segment_bytes(self, raw: bytes) -> list[int]:
         if self.family == "bytelevel":
