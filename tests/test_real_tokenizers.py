@@ -118,6 +118,20 @@ def test_same_script_target_on_llama3_is_measured_and_can_be_kept_exact():
         "input_ids"]
 
 
+def test_keep_source_segmentation_keeps_every_old_merge_of_a_converted_sentencepiece_tokenizer():
+    """Llama-2 has a merge for every split of a piece; extending it adds the splits of old pieces with a new part
+    ('▁hier' + 'archy'). Dropping such a new part dropped the old piece's own merges too: ' hierarchy', one token
+    before, became ['▁hier', 'archy'] under keep_source_segmentation=True."""
+    source = real("llama2")
+    new = vocabshift.train_tokenizer(read_lines("en", 3000), like=source, vocab_size=2000)
+    kept, report = vocabshift.merge_tokenizers(source, new, source_texts=read_lines("en", 300, skip=3000),
+                                               keep_source_segmentation=True)
+    assert report.tokens_dropped_for_source > 0
+    old_merges = {tuple(pair) for pair in backend_state(source)["model"]["merges"]}
+    assert old_merges <= {tuple(pair) for pair in backend_state(kept)["model"]["merges"]}
+    assert kept.tokenize("a hierarchy") == source.tokenize("a hierarchy") == ["▁a", "▁hierarchy"]
+
+
 def test_keep_source_segmentation_with_target_texts_keeps_the_target_s_own_tokens(tokenizers_en):
     """With target lines, a new token that changes source lines stays only when it (with the tokens built from it,
     which would go with it) is at least TARGET_LEAN times as frequent, per token, in the target lines: fewer tokens
@@ -140,7 +154,8 @@ def test_keep_source_segmentation_with_target_texts_keeps_the_target_s_own_token
 
     (in_source, source_total), (in_target, target_total) = shares(english), shares(target)
     assert in_source  # some new tokens still change source lines ...
-    families = built_from(backend_state(kept)["model"], kept.convert_ids_to_tokens(list(in_source)))
+    families = built_from(backend_state(kept)["model"], kept.convert_ids_to_tokens(list(in_source)),
+                          first_new_id=first)
     for token, count in in_source.items():  # ... each one clearly the target's
         family = kept.convert_tokens_to_ids(sorted(families[kept.convert_ids_to_tokens(token)]))
         assert sum(in_target[i] for i in family) / target_total >= TARGET_LEAN * count / source_total

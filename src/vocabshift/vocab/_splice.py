@@ -24,15 +24,16 @@ def merge_pairs(model: dict[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
-def built_from(model: dict[str, Any], pieces: Iterable[str]) -> dict[str, set[str]]:
-    """Each of `pieces` with every piece built from it (a BPE merge needs it, directly or not), which `drop_pieces`
-    would remove with it; itself alone for Unigram and WordPiece."""
+def built_from(model: dict[str, Any], pieces: Iterable[str], *, first_new_id: int) -> dict[str, set[str]]:
+    """Each of `pieces` with every new piece built from it (a BPE merge needs it, directly or not), which
+    `drop_pieces` would remove with it; itself alone for Unigram and WordPiece."""
     if model["type"] != "BPE":
         return {piece: {piece} for piece in pieces}
     children: dict[str, list[str]] = collections.defaultdict(list)
     for left, right in merge_pairs(model):
-        children[left].append(left + right)
-        children[right].append(left + right)
+        if model["vocab"][left + right] >= first_new_id:  # an old piece keeps its old merges
+            children[left].append(left + right)
+            children[right].append(left + right)
     result = {}
     for piece in pieces:
         seen, stack = {piece}, [piece]
@@ -157,18 +158,19 @@ def drop_pieces(state: dict[str, Any], dead: set[str], *, first_new_id: int) -> 
         model["vocab"] = model["vocab"][:first_new_id] + [e for e in model["vocab"][first_new_id:] if e[0] not in dead]
         return
     if model["type"] == "BPE":
-        dead = _with_descendants(model, dead)
+        dead = _with_descendants(model, dead, first_new_id)
         model["merges"] = [m for m in model["merges"] if not {m[0], m[1], m[0] + m[1]} & dead]
     kept = sorted((i, p) for p, i in model["vocab"].items() if i >= first_new_id and p not in dead)
     model["vocab"] = {p: i for p, i in model["vocab"].items() if i < first_new_id}
     model["vocab"].update({piece: first_new_id + offset for offset, (_, piece) in enumerate(kept)})
 
 
-def _with_descendants(model: dict[str, Any], dead: set[str]) -> set[str]:
-    """`dead` plus every piece whose merge needs a dead piece (merges come in build order)."""
+def _with_descendants(model: dict[str, Any], dead: set[str], first_new_id: int) -> set[str]:
+    """`dead` plus every new piece whose merge needs a dead piece (merges come in build order). An old piece that a
+    new piece also builds (a split SentencePiece's convention adds, `_splits`) stays, and so do its old merges."""
     dead = set(dead)
     for a, b in merge_pairs(model):
-        if a in dead or b in dead:
+        if (a in dead or b in dead) and model["vocab"][a + b] >= first_new_id:
             dead.add(a + b)
     return dead
 

@@ -284,7 +284,7 @@ def _target_share(state: dict[str, Any], backend: Tokenizer, target: Sequence[st
     """The share of the target's tokens each piece accounts for with the pieces built from it (dropped with it)."""
     in_target, target_total = _new_piece_counts(backend, target, first_new_id)
     share = {}
-    for piece, family in built_from(state["model"], pieces).items():
+    for piece, family in built_from(state["model"], pieces, first_new_id=first_new_id).items():
         ids = [backend.token_to_id(member) for member in family]
         share[piece] = sum(in_target.get(i, 0) for i in ids if i is not None) / target_total
     return share
