@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from conftest import FAMILIES
 from vocabshift.errors import IncompatibleTokenizerError
 from vocabshift.vocab import merge_tokenizers, train_tokenizer
-from vocabshift.vocab.forms import backend_state
+from vocabshift.vocab.forms import backend_state, token_forms
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +152,19 @@ def test_train_tokenizer_like_gives_a_mergeable_tokenizer(tokenizers_en, ru_line
     assert backend_state(new)["pre_tokenizer"] == backend_state(old)["pre_tokenizer"]
     merged, report = merge_tokenizers(old, new)
     assert report.tokens_added > 0
+
+
+@pytest.mark.parametrize("family", ["bytelevel", "sentencepiece"])
+def test_japanese_keeps_its_kanji_and_its_kana_words(tokenizers_en, en_held, family):
+    """Japanese writes words in kanji and in kana, two scripts: only the pieces of the one with more letters were
+    added (kanji words such as '日本語' left out beside 'ます', or the other way round)."""
+    lines = ["私は日本語を勉強します。", "日本語の本を読みます。", "東京で日本語を話します。", "毎日日本語で書きます。",
+             "東京の大学で勉強しました。", "日本語が好きです。"]
+    source = tokenizers_en[family]
+    new = train_tokenizer(lines * 4, like=source, vocab_size=len(source) + 60, min_frequency=1)
+    merged, _ = merge_tokenizers(source, new, source_texts=en_held)
+    words = {form.text for form in token_forms(new) if len(form.text.strip()) > 1 and form.text.strip().isalpha()}
+    assert {word.strip()[0] for word in words} >= {"日", "東", "し"}  # kanji and kana words
+    assert words <= {form.text for form in token_forms(merged)}
+    assert merged(en_held, add_special_tokens=False)["input_ids"] == source(en_held, add_special_tokens=False)[
+        "input_ids"]

@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 # built from it, which go with it) is at least this many times as frequent, per token, in the target texts as in
 # the source texts (measured: benchmarks/results/languages_*_english.md)
 TARGET_LEAN = 4.0
+# Japanese writes its words in kana and in kanji (HAN): whichever has more letters among a Japanese tokenizer's
+# pieces, the pieces of the other are its own words too (with one script, '言語' or 'ます' was left out)
+_PARTNER_SCRIPTS = {"JAPANESE": "HAN", "HAN": "JAPANESE"}
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ def merge_tokenizers(
         covers_bytes = family == "bytelevel" or bool(state["model"].get("byte_fallback"))
         pieces = _new_pieces(new_state, token_forms(new, new_state))
         natives = _natives(pieces, family)
-        target = _target_script(pieces, token_forms(source, state))
+        target = _target_scripts(pieces, token_forms(source, state))
         wanted = _wanted(pieces, target, covers_bytes) & natives.keys()
         progress.update()
         if kind == "BPE":
@@ -226,16 +229,20 @@ def _new_pieces(new_state: dict[str, Any], forms: list[TokenForm]) -> dict[str, 
     return {piece: forms[index] for index, piece in sorted(pairs) if not forms[index].added}
 
 
-def _target_script(pieces: dict[str, TokenForm], old_forms: list[TokenForm]) -> str | None:
-    """The new tokens' script when it differs from the old vocabulary's, else None (no script filter applies)."""
+def _target_scripts(pieces: dict[str, TokenForm], old_forms: list[TokenForm]) -> frozenset[str] | None:
+    """The new tokens' script (with its partner, `_PARTNER_SCRIPTS`) when it differs from the old vocabulary's, else
+    None (no script filter applies)."""
     target = dominant_script(form.text for form in pieces.values())
-    return None if target == dominant_script(f.text for f in old_forms if not f.special) else target
+    old = dominant_script(f.text for f in old_forms if not f.special)
+    if target is None or target == old:
+        return None
+    return frozenset({target, _PARTNER_SCRIPTS.get(target, target)} - {old})
 
 
-def _wanted(pieces: dict[str, TokenForm], target: str | None, covers_bytes: bool) -> set[str]:
-    """Which new pieces to add: with a target script other than the old one's, those bound to it.
+def _wanted(pieces: dict[str, TokenForm], target: frozenset[str] | None, covers_bytes: bool) -> set[str]:
+    """Which new pieces to add: with target scripts other than the old one's, those bound to them.
 
-    A piece is bound to the script when its bytes can only occur in text with a letter of it (a letter, or the first
+    A piece is bound to the scripts when its bytes can only occur in text with a letter of them (a letter, or the first
     bytes of a character that can only be one). Every merge (or piece) added then builds a bound piece, so text
     without such letters is cut exactly as before: pieces of other scripts (Latin names, digit and punctuation runs
     in Russian text) would change how source-language text is cut. Single characters are kept when the old tokenizer
@@ -247,7 +254,7 @@ def _wanted(pieces: dict[str, TokenForm], target: str | None, covers_bytes: bool
             if bound_to_script(form.surface, target) or (len(form.text) == 1 and not covers_bytes)}
 
 
-def _native_bound(native: str, *, family: Family, target: str) -> bool:
+def _native_bound(native: str, *, family: Family, target: frozenset[str]) -> bool:
     return bound_to_script(native_bytes(native, family), target)
 
 

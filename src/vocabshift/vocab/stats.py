@@ -15,7 +15,7 @@ from .load import load_tokenizer
 __all__ = ["bound_to_script", "changed_share", "dominant_script", "script_of", "scripts_in", "tokens_per_word"]
 
 # Unicode character names that do not start with their script's name.
-_SCRIPT_ALIASES = {"CJK": "HAN", "HIRAGANA": "JAPANESE", "KATAKANA": "JAPANESE"}
+_SCRIPT_ALIASES = {"CJK": "HAN", "HIRAGANA": "JAPANESE", "KATAKANA": "JAPANESE", "KATAKANA-HIRAGANA": "JAPANESE"}
 
 
 def _encode(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
@@ -68,17 +68,18 @@ def dominant_script(texts: Iterable[str]) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def bound_to_script(data: bytes, script: str) -> bool:
-    """Can the bytes `data` occur only in text holding a letter of `script`?
+def bound_to_script(data: bytes, scripts: frozenset[str]) -> bool:
+    """Can the bytes `data` occur only in text holding a letter of one of `scripts`?
 
-    True when `data` holds a whole letter of `script`, or ends with the first bytes of a UTF-8 character that can
-    only be a letter of `script` (byte-level BPE builds Cyrillic from such pieces: a space and the lead byte 0xD0,
+    True when `data` holds a whole letter of one of them, or ends with the first bytes of a UTF-8 character that can
+    only be a letter of them (byte-level BPE builds Cyrillic from such pieces: a space and the lead byte 0xD0,
     which starts only Cyrillic letters).
     """
-    if script in scripts_in(data.decode("utf-8", errors="ignore")):
+    if scripts_in(data.decode("utf-8", errors="ignore")) & scripts:
         return True
     tail = _partial_tail(data)
-    return bool(tail) and _tail_scripts(tail) == frozenset({script})
+    found = _tail_scripts(tail) if tail else None
+    return bool(found and found <= scripts)
 
 
 def _partial_tail(data: bytes) -> bytes:
