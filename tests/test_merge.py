@@ -144,6 +144,21 @@ def test_bpe_of_another_spelling_round_trips(tokenizers_en, tokenizers_ru, en_he
         assert _round_trip(merged, text) == text
 
 
+@pytest.mark.parametrize(("old", "new"), [("sentencepiece", "bytelevel"), ("bytelevel", "sentencepiece")])
+def test_bpe_of_another_spelling_adds_the_pieces_no_merge_of_its_own_spelling_builds(tokenizers_en, tokenizers_ru,
+                                                                                    old, new):
+    """A piece whose merge has a part the old model cannot spell (byte-level 'ĠÐ', half of ' н'), or that no merge
+    builds (a SentencePiece letter, two bytes in byte-level BPE), was left out, and not counted as dropped."""
+    merged, report = merge_tokenizers(tokenizers_en[old], tokenizers_ru[new])
+    have = {form.text for form in token_forms(merged)}
+    letters = {form.text for form in token_forms(tokenizers_ru[new])
+               if form.text.strip() and all("\u0400" <= char <= "\u04ff" for char in form.text.strip())}
+    assert {" н", "Я"} & letters and {" н", "Я"} & letters <= have
+    assert {text for text in letters if len(text) == 1} <= have
+    if old == "sentencepiece":
+        assert letters <= have and report.tokens_dropped == 0
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_train_tokenizer_like_gives_a_mergeable_tokenizer(tokenizers_en, ru_lines, family):
     old = tokenizers_en[family]

@@ -80,7 +80,13 @@ def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[s
             added.append(joined)
         else:
             pending.append(joined)
-    dead = _repair(state, added + pending, allowed)
+    # last, so that their merges rank below all the others: wanted pieces no merge above reached, for a part the old
+    # model cannot spell (byte-level 'ĠÐ', half of ' н') or no merge at all (a SentencePiece letter, two bytes in
+    # byte-level BPE)
+    reached = set(pending)
+    others = [native for piece, native in natives.items()
+              if piece in wanted and native not in vocab and native not in reached and not BYTE_PIECE.match(native)]
+    dead = _repair(state, added + pending, allowed) | _repair(state, others, allowed)
     drop_pieces(state, dead, first_new_id=first)
     return len(dead)
 
