@@ -87,8 +87,7 @@ def splice_bpe(state: dict[str, Any], new_state: dict[str, Any], natives: dict[s
     others = [native for piece, native in natives.items()
               if piece in wanted and native not in vocab and native not in reached and not BYTE_PIECE.match(native)]
     dead = _repair(state, added + pending, allowed) | _repair(state, others, allowed)
-    drop_pieces(state, dead, first_new_id=first)
-    return len(dead)
+    return drop_pieces(state, dead, first_new_id=first)
 
 
 def _bpe_model(model: dict[str, Any]) -> models.BPE:
@@ -114,8 +113,7 @@ def drop_unreachable(state: dict[str, Any], *, first_new_id: int) -> int:
     """Drop the new BPE pieces that the model does not produce from their own text; return how many."""
     pieces = [piece for piece, index in state["model"]["vocab"].items() if index >= first_new_id]
     dead = set(_unreachable(state, pieces))
-    drop_pieces(state, dead, first_new_id=first_new_id)
-    return len(dead)
+    return drop_pieces(state, dead, first_new_id=first_new_id)
 
 
 def _repair(state: dict[str, Any], pieces: list[str], allowed: Callable[[str], bool]) -> set[str]:
@@ -157,18 +155,21 @@ def _build(state: dict[str, Any], piece: str, produced: list[str], allowed: Call
         sequence[index : index + 2] = [joined]
 
 
-def drop_pieces(state: dict[str, Any], dead: set[str], *, first_new_id: int) -> None:
-    """Remove new pieces (and, for BPE, every piece built from them), then renumber the new ids densely."""
+def drop_pieces(state: dict[str, Any], dead: set[str], *, first_new_id: int) -> int:
+    """Remove new pieces (and, for BPE, every new piece built from them), then renumber the new ids densely; return
+    how many pieces went."""
     model = state["model"]
+    size = len(model["vocab"])
     if model["type"] == "Unigram":
         model["vocab"] = model["vocab"][:first_new_id] + [e for e in model["vocab"][first_new_id:] if e[0] not in dead]
-        return
+        return size - len(model["vocab"])
     if model["type"] == "BPE":
         dead = _with_descendants(model, dead, first_new_id)
         model["merges"] = [m for m in model["merges"] if not {m[0], m[1], m[0] + m[1]} & dead]
     kept = sorted((i, p) for p, i in model["vocab"].items() if i >= first_new_id and p not in dead)
     model["vocab"] = {p: i for p, i in model["vocab"].items() if i < first_new_id}
     model["vocab"].update({piece: first_new_id + offset for offset, (_, piece) in enumerate(kept)})
+    return size - len(model["vocab"])
 
 
 def _with_descendants(model: dict[str, Any], dead: set[str], first_new_id: int) -> set[str]:

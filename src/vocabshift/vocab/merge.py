@@ -281,8 +281,7 @@ def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int,
             used = {piece: n for piece, n in used.items() if share[piece] < TARGET_LEAN * n / total}
         if not used:
             return dropped
-        drop_pieces(state, set(used), first_new_id=first_new_id)
-        dropped += len(used)
+        dropped += drop_pieces(state, set(used), first_new_id=first_new_id)
     raise RuntimeError("keep_source_segmentation did not converge in 16 rounds")  # each round drops >= 1 piece
 
 
