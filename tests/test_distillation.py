@@ -369,6 +369,20 @@ def test_evaluation_scores_the_students_cross_entropy(tokenizers_en, tokenizers_
     assert any("eval_loss" in entry for entry in trainer.state.log_history[:-1])  # eval_strategy ran in train()
 
 
+def test_named_eval_datasets_are_evaluated_by_name(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A dict of eval datasets: the Trainer evaluates each by its name (a string, which evaluate() checks as a name,
+    not as texts), in train() and in evaluate(name)."""
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    named = {"ru": ru_lines[100:104], "more": ru_lines[104:106]}
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1),
+                                  train_dataset=ru_lines[:8], eval_dataset=named, processing_class=tokenizer,
+                                  teacher_tokenizer=source, max_length=24,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    assert {"eval_ru_loss", "eval_more_loss"} <= {key for entry in trainer.state.log_history for key in entry}
+    assert trainer.evaluate("ru")["eval_loss"] == pytest.approx(trainer.evaluate(named["ru"])["eval_loss"])
+
+
 @pytest.mark.parametrize(("architecture", "options"), [("qwen2-tied", {"neftune_noise_alpha": 5.0}),
                                                       ("gpt2-tied", {})])  # GPT-2: dropout 0.1
 def test_the_teacher_reads_without_dropout_or_noise_while_the_student_trains(tokenizers_en, tokenizers_ru, ru_lines,
