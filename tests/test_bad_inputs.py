@@ -191,6 +191,11 @@ def _distill(**kwargs):
     return call
 
 
+def _scored(method, dataset, **kwargs):
+    """`DistillationTrainer.evaluate` or `.predict` (`method`) of `dataset`, the trainer built with `kwargs`."""
+    return lambda w: getattr(_distill(**kwargs)(w), method)(_resolved(w, {"dataset": dataset})["dataset"])
+
+
 def _bits(**kwargs):
     """bits_per_byte of the extended model on Russian lines, with `kwargs` overriding its arguments."""
     def call(w):
@@ -736,6 +741,18 @@ API = {
         "eval_dataset['ru'] has the columns ['body'] and no 'text'"),
     "distillation train_dataset=str": (_distill(train_dataset="a line"), E.InvalidArgumentTypeError,
                                        "train_dataset is a str"),
+    "distillation evaluate of one string": (  # a raw TypeError: the Trainer reads a string as a dataset's name
+        _scored("evaluate", "a line of text"), E.InvalidArgumentTypeError, "eval_dataset is a str: pass a list"),
+    "distillation evaluate of a name it was not given": (_scored("evaluate", "de", eval_dataset=At(lambda w: {
+        "ru": w.ru[4:6]})), E.InvalidArgumentError, "eval_dataset='de' names none of the trainer's eval datasets "
+        "['ru']"),
+    "distillation evaluate of a dataset without text column": (  # the Trainer's ValueError told to keep the column
+        _scored("evaluate", At(lambda w: Dataset.from_dict({"content": w.ru[:4]}))), E.InvalidArgumentError,
+        "eval_dataset has the columns ['content'] and no 'text'"),
+    "distillation predict of one string": (  # scored its characters, one a sequence
+        _scored("predict", "a line of text"), E.InvalidArgumentTypeError, "test_dataset is a str: pass a list"),
+    "distillation predict of a DatasetDict": (_scored("predict", At(lambda w: DatasetDict({"test": Dataset.from_dict(
+        {"text": w.ru[:4]})}))), E.InvalidArgumentTypeError, "test_dataset is a DatasetDict of ['test']: pass one"),
     "distillation with label smoothing": (_distill(args=At(lambda w: _args(w, label_smoothing_factor=0.1))),
                                           E.InvalidArgumentError, "label_smoothing_factor=0.1"),
     "distillation compute_loss_func": (_distill(compute_loss_func=lambda outputs, labels, num_items_in_batch: 0),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 import vocabshift
 from conftest import make_model
@@ -367,6 +367,48 @@ def test_evaluation_scores_the_students_cross_entropy(tokenizers_en, tokenizers_
                                    batch["labels"])
     assert evaluated["eval_loss"] == pytest.approx(expected.item(), rel=1e-5)
     assert any("eval_loss" in entry for entry in trainer.state.log_history[:-1])  # eval_strategy ran in train()
+
+
+def test_named_eval_datasets_are_evaluated_by_name(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A dict of eval datasets: the Trainer evaluates each by its name (a string, which evaluate() checks as a name,
+    not as texts), in train() and in evaluate(name)."""
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    named = {"ru": ru_lines[100:104], "more": ru_lines[104:106]}
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1),
+                                  train_dataset=ru_lines[:8], eval_dataset=named, processing_class=tokenizer,
+                                  teacher_tokenizer=source, max_length=24,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    trainer.train()
+    assert {"eval_ru_loss", "eval_more_loss"} <= {key for entry in trainer.state.log_history for key in entry}
+    assert trainer.evaluate("ru")["eval_loss"] == pytest.approx(trainer.evaluate(named["ru"])["eval_loss"])
+
+
+@pytest.mark.parametrize(("architecture", "options"), [("qwen2-tied", {"neftune_noise_alpha": 5.0}),
+                                                      ("gpt2-tied", {})])  # GPT-2: dropout 0.1
+def test_the_teacher_reads_without_dropout_or_noise_while_the_student_trains(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                            tmp_path, architecture, options):
+    """The model itself as teacher ran in train mode: NEFTune's noise on its input embeddings and dropout made its
+    targets random (two reads of one batch differed by up to 2 in logits)."""
+    _, model, tokenizer, source = _extended(architecture, tokenizers_en, tokenizers_ru)
+    trainer = DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1, **options), train_dataset=ru_lines[:8],
+                                  processing_class=tokenizer, teacher_tokenizer=source, max_length=24,
+                                  callbacks=[vocabshift.EmbeddingOnlyCallback(rows="new")])
+    batch = trainer.data_collator(ru_lines[:2])
+    reads = []
+
+    class Read(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # the Trainer has put the model in train mode
+            modes = [m.training for m in model.modules()]
+            for _ in range(2):
+                reads.append(trainer.teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1,
+                                             logits=True).logits)
+            assert all(modes) and [m.training for m in model.modules()] == modes  # the student trains on
+
+    trainer.add_callback(Read())
+    trainer.train()
+    model.eval()
+    expected = trainer.teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
+    assert len(reads) == 2 and all(torch.equal(read, expected.logits) for read in reads)
 
 
 @pytest.mark.parametrize("precision", ["model", "teacher"])

@@ -112,6 +112,28 @@ def test_record_and_logs(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     assert saved["cpt"] == [json.loads(json.dumps(entry))]
 
 
+def test_the_record_has_the_batch_size_auto_find_batch_size_trained_with(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                         tmp_path):
+    """After an out-of-memory error `auto_find_batch_size` trains on with a smaller batch: the entry said the batch
+    given in the arguments (4), not the one that trained (3)."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    failed = []
+
+    class OutOfMemoryOnce(Trainer):
+        def compute_loss(self, *args, **kwargs):
+            if not failed:
+                failed.append(True)
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return super().compute_loss(*args, **kwargs)
+
+    trainer = OutOfMemoryOnce(model=model, args=arguments(tmp_path, auto_find_batch_size=True, max_steps=2),
+                              train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    trainer.train()
+    entry = vocabshift.get_record(model).cpt[-1]
+    assert failed and trainer.state.train_batch_size == 3  # accelerate takes 10% off the batch
+    assert (entry["total_batch_size"], entry["tokens_seen"]) == (3, 2 * 3 * 32)
+
+
 def test_the_record_says_which_step_its_final_loss_is_from(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """The Trainer logs every `logging_steps` and not at the last step: the last loss logged (the mean of steps 3-4
     here) is the entry's `final_loss`, and `final_loss_step` says so (it read as step 5's)."""

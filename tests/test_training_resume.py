@@ -77,6 +77,26 @@ def test_resume_from_elsewhere_is_checked_by_the_optimizer_state(tokenizers_en, 
         _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, resumed, checkpoint)
 
 
+@pytest.mark.parametrize(("saved", "resumed", "lacks"), [("adamw_torch", "sgd", "'dampening', 'momentum'"),
+                                                      ("adafactor", "adamw_torch", "'betas'")])
+def test_resume_with_another_optimizer_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, saved, resumed,
+                                                  lacks):
+    """adamw -> sgd failed at the first step with a raw KeyError('momentum'); adafactor -> adamw was refused as if
+    the checkpoint had trained other rows (its moments have other shapes)."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    args = arguments(tmp_path / "first", max_steps=2, save_strategy="steps", save_steps=2, optim=saved)
+    Trainer(model=model, args=args, train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    args = arguments(tmp_path / "first", max_steps=4, save_strategy="steps", save_steps=2, optim=resumed)
+    trainer = Trainer(model=model, args=args, train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    with pytest.raises(TrainingSetupError, match=rf"saved by another optimizer than this run's \w+ \(its settings "
+                                                 rf"lack {lacks}.*Resume with the optim the checkpoint was saved with"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "first" / "checkpoint-2"))
+    assert sorted(p.name for p in (tmp_path / "first").iterdir()) == ["checkpoint-2"]
+
+
 def test_resume_from_a_checkpoint_of_another_model_is_refused(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """A checkpoint of another run whose model has other rows (here: the model extended once more) ended in an
     IndexError inside the hook that splits the rows on load."""

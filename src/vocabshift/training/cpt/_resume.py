@@ -77,13 +77,15 @@ def damaged_checkpoint_json(path: Path, *, what: str, without: str, why: str) ->
 
 
 def check_optimizer_state(optimizer: Any, setup: dict[str, Any]) -> None:
-    """Refuse an optimizer whose loaded state does not have the shapes of the parameters it steps.
+    """Refuse an optimizer whose loaded state was saved by another kind of optimizer, or does not have the shapes of
+    the parameters it steps.
 
     Raises:
         `TrainingSetupError`: before the first step would read the state.
     """
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
     for group in inner.param_groups:
+        _check_settings(inner, group)
         for parameter in group["params"]:
             for name, value in inner.state.get(parameter, {}).items():
                 if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
@@ -94,6 +96,20 @@ def check_optimizer_state(optimizer: Any, setup: dict[str, Any]) -> None:
                         "saved with, or start a new run from the checkpoint's weights (from_pretrained(checkpoint), "
                         "then train() without resume_from_checkpoint)."
                     )
+
+
+def _check_settings(optimizer: Any, group: dict[str, Any]) -> None:
+    """A group loaded from a checkpoint takes the saved optimizer's settings: another kind of optimizer (`optim`
+    changed) lacks some of this one's, and its first step would fail on them (a raw `KeyError`)."""
+    missing = sorted(name for name in optimizer.defaults if name not in group)
+    if missing:
+        raise TrainingSetupError(
+            f"The optimizer state loaded from the checkpoint was saved by another optimizer than this run's "
+            f"{type(optimizer).__name__} (its settings lack {', '.join(map(repr, missing))}): the optimizer changed "
+            "since it was saved (TrainingArguments(optim=...)). Resume with the optim the checkpoint was saved with, "
+            "or start a new run from the checkpoint's weights (from_pretrained(checkpoint), then train() without "
+            "resume_from_checkpoint)."
+        )
 
 
 def plain_checkpoint_error(folder: str | os.PathLike[str], setup: dict[str, Any]) -> TrainingSetupError:

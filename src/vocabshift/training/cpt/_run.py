@@ -137,7 +137,7 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         "head_learning_rate": head_learning_rate,
         "weight_decay": args.weight_decay,
         "lr_scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
-        "total_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "total_batch_size": _batch_size(args, state) * args.gradient_accumulation_steps * args.world_size,
         "world_size": args.world_size,
         "second_stage": None if second_stage is None else second_stage.to_dict(),
         "row_norms": row_norms(model, run.new_ids),
@@ -146,6 +146,12 @@ def record_entry(run: Run, model: Any, args: TrainingArguments, state: TrainerSt
         **best_loaded(args, state),
         **({} if command is None else {"command": list(command)}),
     }
+
+
+def _batch_size(args: TrainingArguments, state: TrainerState) -> int:
+    """The batch each process trained on: the Trainer's (`auto_find_batch_size` lowers it after running out of
+    memory), else the arguments'."""
+    return state.train_batch_size or args.per_device_train_batch_size
 
 
 def check_not_serving_another(seen: Model | None, run: Run | None, model: Model) -> None:

@@ -17,7 +17,8 @@ slower. Its log probabilities are still normalized in float32.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -83,12 +84,13 @@ class Teacher:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, layer: int,
                  logits: bool) -> TeacherOutput:
         """Hidden states at `layer` and at the last layer and, if asked, logits over the old vocabulary; the model's
-        own head runs on one position only (`logits_to_keep=1`): the teacher's logits come from `logits`."""
+        own head runs on one position only (`logits_to_keep=1`): the teacher's logits come from `logits`. The model
+        runs in eval mode (no dropout, no NEFTune noise), whatever mode it trains in."""
         model = self.teacher_model if self.teacher_model is not None else self.model
         inputs = {"input_ids": input_ids}
         if self.original is not None:
             inputs = {"inputs_embeds": _lookup(find_embeddings(self.model).input, self.original.input, input_ids)}
-        with self.precision(input_ids.device):
+        with self.precision(input_ids.device), _inferring(model):
             out = model(**inputs, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
             last = out.hidden_states[-1]
             return TeacherOutput(out.hidden_states[layer], last, self.logits(last) if logits else None)
@@ -123,6 +125,20 @@ class Teacher:
         scores = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
         cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
         return scores if not cap else torch.tanh(scores / cap) * cap
+
+
+@contextmanager
+def _inferring(model: torch.nn.Module) -> Iterator[None]:
+    """`model` in eval mode, each module's mode restored after: the model itself as teacher is in train mode while
+    the student trains, where dropout and the noise a training hook adds to the input embeddings (the Trainer's
+    `neftune_noise_alpha`) would make its targets random."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,13 +20,14 @@ from transformers import Trainer
 from ..._typing import Model, TokenizerLike, TrainingArguments
 from ...atomic import atomic_write_text
 from ...embeddings import find_embeddings
+from ...errors import InvalidArgumentError
 from ...record import get_record
 from ...vocab.load import load_tokenizer
 from ..cpt._resume import damaged_checkpoint_json, read_checkpoint_json
 from ..cpt._run import checkpoint_folder
 from ..cpt.callback import EmbeddingOnlyCallback
 from ._setup import check_own_loss, check_tokenizers, check_types, instantiated, old_rows_frozen, source_replay
-from .collator import check_collator, default_collator
+from .collator import check_collator, check_text_dataset, check_text_datasets, default_collator
 from .losses import next_token_loss
 from .objective import distillation_loss, teacher_targets
 from .pieces import first_pieces, piece_tree
@@ -82,7 +83,8 @@ class DistillationTrainer(Trainer):
             column, a `teacher_model` that is not the original model (`check_teacher`); `label_smoothing_factor` or
             `compute_loss_func`, which this trainer's loss would ignore. `InvalidArgumentTypeError`: a
             `train_dataset` that is one string or a `DatasetDict`, a `data_collator` that is not a
-            `DistillationCollator`, a `model` that is not a loaded model (None, with a `model_init`).
+            `DistillationCollator`, a `model` that is not a loaded model (None, with a `model_init`). `evaluate` and
+            `predict` check the dataset they are given as the trainer checks its own.
 
     Example:
         ```python
@@ -177,6 +179,24 @@ class DistillationTrainer(Trainer):
             progress = {"schedule": self.schedule.state_dict(),
                         "source": None if self.source is None else self.source.state_dict()}
             atomic_write_text(folder / PROGRESS, json.dumps(progress, indent=2))
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """`Trainer.evaluate`; a dataset given here is checked as one given to the trainer (`check_text_dataset`),
+        a string as the name of one of its eval datasets (a dict: the Trainer evaluates each by its name)."""
+        names = sorted(self.eval_dataset) if isinstance(self.eval_dataset, Mapping) else []
+        if not isinstance(eval_dataset, str) or not names:
+            check_text_datasets(None, eval_dataset)
+        elif eval_dataset not in names:
+            raise InvalidArgumentError(f"eval_dataset={eval_dataset!r:.40} names none of the trainer's eval datasets "
+                                       f"{names[:8]}: pass one of those names, or the texts to score.")
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+
+    def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "test") -> Any:
+        """`Trainer.predict`, with `test_dataset` checked as `evaluate`'s dataset."""
+        check_text_dataset(test_dataset, name="test_dataset")
+        return super().predict(test_dataset, ignore_keys, metric_key_prefix)
 
     def _set_signature_columns_if_needed(self) -> None:
         self._signature_columns = ["text"]  # the collator tokenizes raw text itself
