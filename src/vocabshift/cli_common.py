@@ -19,7 +19,7 @@ from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_repo_id
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
-from .headers import CONFIG_ERRORS, adapter_fix, check_folder_files, read_config
+from .headers import CONFIG_ERRORS, adapter_fix, check_folder_files, folder_files, read_config
 from .vocab.load import load_tokenizer
 
 __all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "load_model", "model_tokenizer",
@@ -59,7 +59,7 @@ def load_model(path: str, *, argument: str = "model") -> Model:
     """
     _check_model_path(path, argument)
     if Path(path).is_dir():  # a truncated or corrupted shard is named, before transformers fails on it
-        check_folder_files(Path(path), sorted(file.name for file in Path(path).iterdir()))
+        check_folder_files(Path(path), folder_files(Path(path)))
     config = _loading(lambda: transformers.AutoConfig.from_pretrained(path), path, argument)
     model_class = _model_class(config.architectures, path, argument)
     model, info = _loading(lambda: model_class.from_pretrained(path, output_loading_info=True,
