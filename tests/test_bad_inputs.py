@@ -98,6 +98,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (root / "no-weights" / "model.safetensors").unlink()
+    (root / "loop").symlink_to(root / "loop")  # a link that leads back to itself
     (root / "blobs").mkdir()  # a Hugging Face cache: a snapshot's files are links to blobs other snapshots share
     (root / "snapshot").mkdir()
     for file in (root / "extended").iterdir():
@@ -978,6 +979,12 @@ CLI = {
                                                 "model.embed_tokens.weight (missing)"),
     "train a model whose embeddings are short": (["train", "{root}/short-embeddings", "{root}/file.txt",
                                                   "{root}/out"], "model.embed_tokens.weight (["),
+    **{f"{words[0]} into a symbolic link loop": (words, f"/{words[-1].split('/', 1)[1]}' cannot be written: it is, "
+                                                 "or lies under, a symbolic link that leads back to itself")
+       # each was a traceback (RuntimeError: Symlink loop)
+       for words in (["extend", "{extended}", "{extended}", "{root}/loop"],
+                     ["gguf", "{extended}", "{root}/loop/x.gguf"],
+                     ["propagate", "{extended}", "{extended}", "{extended}", "{root}/loop"])},
     "extend under a file": (["extend", "{extended}", "{extended}", "{root}/file.txt/out"],
                             "file.txt/out' cannot be written: "),
     "extend with an option twice": (["extend", "{extended}", "{extended}", "{root}/out", "--option",

@@ -6,6 +6,7 @@ and `InvalidArgumentError` for a value out of range, naming the argument, the va
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -137,8 +138,15 @@ def check_output_path(value: Any, *, name: str) -> Path:
     """`check_path` for a path to write: no existing file stands where one of its parent folders must be, and the
     nearest existing one lets this user write (checked before any work, so that a long run does not end in a raw
     error when it writes). A symbolic link stands for where it points: the output is written there, and the link
-    kept (as `save_pretrained` writes through it)."""
+    kept (as `save_pretrained` writes through it); one that leads back to itself is refused."""
     path = check_path(value, name=name)
+    try:
+        os.path.realpath(path, strict=True)
+    except OSError as error:  # a path that does not exist yet is fine; a loop can never be written
+        if error.errno == errno.ELOOP:
+            raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: it is, or lies under, a symbolic "
+                                       "link that leads back to itself. Fix or remove the link (see ls -l), or "
+                                       "pass another path.") from None
     path = Path(os.path.realpath(path)) if path.is_symlink() else path
     nearest = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if nearest is not None and not nearest.is_dir():
@@ -155,9 +163,9 @@ def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> 
     `inputs` that are not existing paths, such as Hub ids, are skipped).
 
     Raises:
-        `InvalidArgumentError`: naming the output and the input (`check_path`'s errors for the output).
+        `InvalidArgumentError`: naming the output and the input (`check_output_path`'s errors for the output).
     """
-    target = check_path(output, name=name).resolve()
+    target = check_output_path(output, name=name).resolve()
     for role, value in inputs.items():
         given = isinstance(value, (str, os.PathLike)) and str(value) != ""  # "" (a model built in memory) is no path
         source = Path(value).resolve() if given and Path(value).exists() else None
