@@ -1045,6 +1045,10 @@ CLI = {
 }
 
 
+# transformers said it "couldn't connect to 'https://huggingface.co'" (check the internet connection) for a repo id
+# offline mode had kept it from downloading
+_NOT_CACHED = "HF_HUB_OFFLINE is set (offline mode), and 'me/x' is neither a local path nor wholly in the Hugging Face "
+
 # Hub ids when the Hub does not answer: (argv, environment, what stderr must say).
 WITHOUT_HUB = {
     **{f"{words[0]} under a launcher": (words, {"WORLD_SIZE": "2"}, f"vocabshift {words[0]} runs in one process, and "
@@ -1060,6 +1064,14 @@ WITHOUT_HUB = {
     "propagate a Hub id offline": (["propagate", "me/adapted", "{extended}", "{extended}", "{root}/out"],
                                    {"HF_HUB_OFFLINE": "1"}, "adapted='me/adapted' is not a local folder, and the Hub "
                                    "could not be asked for it (OfflineModeIsEnabled"),
+    # transformers said it "couldn't connect to 'https://huggingface.co'": check the internet connection
+    "extend a Hub id offline": (["extend", "me/x", "{extended}", "{root}/out"], {"HF_HUB_OFFLINE": "1"},
+                                f"model='me/x' cannot be loaded: {_NOT_CACHED}"),
+    "extend with a new tokenizer by Hub id offline": (["extend", "{extended}", "me/x", "{root}/out"],
+                                                      {"HF_HUB_OFFLINE": "1"},
+                                                      f"Could not load new_tokenizer='me/x': {_NOT_CACHED}"),
+    "evaluate a Hub id offline": (["evaluate", "me/x", "{root}/ru.txt"], {"HF_HUB_OFFLINE": "1"},
+                                  f"Could not load the tokenizer of model='me/x': {_NOT_CACHED}"),
     "SALT helper by a Hub id that does not answer": (
         ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option", "helper_model=me/helper",
          "--option", "word_vectors={root}/file.txt"], {"HF_ENDPOINT": "http://127.0.0.1:9"},

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from huggingface_hub import constants
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
@@ -21,7 +22,7 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
            "check_positions", "check_rate", "check_repo_id", "check_seed", "check_shard_size", "check_texts",
-           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions"]
+           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions", "offline_miss"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: what errors="surrogateescape" leaves of undecodable bytes
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
@@ -224,6 +225,18 @@ def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
         raise InvalidArgumentError(f"{argument}={repo_id!r} is not a Hub repo id ({error}): pass 'namespace/name' "
                                    "or 'name', e.g. 'me/smollm2-ru'.") from None
     return repo_id
+
+
+def offline_miss(value: str | os.PathLike[str]) -> str | None:
+    """Why `value`, no local path, could not be loaded from the Hub when offline mode is on (transformers then says
+    it "couldn't connect to 'https://huggingface.co'" and to check the internet connection, which is not the
+    cause); None when it is not on."""
+    if not constants.is_offline_mode() or Path(value).exists():
+        return None
+    switch = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+    return (f"{switch} is set (offline mode), and {str(value)!r} is neither a local path nor wholly in the Hugging "
+            f"Face cache ({constants.HF_HUB_CACHE}): download it while online (hf download {value}), point "
+            "HF_HUB_CACHE or HF_HOME at the cache that holds it, or pass a local folder.")
 
 
 def model_positions(model: Any) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 import transformers
 
 from ._typing import Model, Tokenizer
-from .arguments import check_apart, check_output_path, check_repo_id
+from .arguments import check_apart, check_output_path, check_repo_id, offline_miss
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
 from .headers import CONFIG_ERRORS, adapter_fix, check_folder_files, folder_files, read_config
@@ -73,6 +73,8 @@ def _loading(load: Callable[[], Any], path: str, argument: str) -> Any:
     try:
         return load()
     except CONFIG_ERRORS as error:
+        if isinstance(error, OSError) and (offline := offline_miss(path)):
+            raise ModelFolderError(f"{argument}={path!r} cannot be loaded: {offline}") from None
         why = f"{type(error).__name__}: {' '.join(str(error).split())}"
         raise ModelFolderError(f"{argument}={path!r} cannot be loaded ({why}): pass a folder written by "
                                "save_pretrained, or a Hub repo id.") from None
