@@ -24,6 +24,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArgumen
 import vocabshift
 from conftest import ROOT, make_model, make_tokenizer
 from vocabshift import errors
+from vocabshift.cli import main
 from vocabshift.training import (
     DistillationCollator,
     DistillationTrainer,
@@ -1110,6 +1111,24 @@ def test_a_refused_token_is_never_printed(w):
     with pytest.raises(errors.InvalidArgumentError) as info:
         vocabshift.push_to_hub(w.root / "extended", "me/x", token="hf_sécret")
     assert "sécret" not in str(info.value) and "at position 4 of 9" in str(info.value)
+
+
+def test_evaluate_into_the_record_of_a_read_only_folder(w, tmp_path, monkeypatch, capsys):
+    """Refused before the evaluation, naming the folder and the fixes: it ended after the evaluation in a raw
+    PermissionError naming the temporary sibling of config.json. (os.access stands for the folder's mode, which root
+    would write through.)"""
+    folder = shutil.copytree(w.root / "extended", tmp_path / "model")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    folder.chmod(0o555)
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder)
+    try:
+        code = main(["evaluate", str(folder), str(w.root / "ru.txt"), "--add-to-record"])
+    finally:
+        folder.chmod(0o755)
+    out, err = capsys.readouterr()
+    assert code == 1 and not out and f"model={str(folder)!r}, a folder this user may not write in: make it writable " \
+        "(chmod u+w), evaluate a copy, or leave --add-to-record out." in err, err
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
 
 
 def test_card_output_in_folders_to_create(w, tmp_path):
