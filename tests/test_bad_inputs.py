@@ -105,6 +105,11 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     for file in (root / "extended").iterdir():
         shutil.copy(file, root / "blobs" / file.name)
         (root / "snapshot" / file.name).symlink_to(root / "blobs" / file.name)
+    (root / "blobs" / "README.md").write_text("# me/m\n", encoding="utf-8")
+    cached = root / "hub" / "models--me--m" / "snapshots" / "0123abc"  # the cache's own layout
+    cached.mkdir(parents=True)
+    for file in (root / "blobs").iterdir():
+        (cached / file.name).symlink_to(Path("../../../../blobs") / file.name)
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -938,6 +943,10 @@ CLI = {
     "evaluate a cache snapshot into its record": (  # it wrote into the blob every snapshot links to
         ["evaluate", "{root}/snapshot", "{root}/ru.txt", "--add-to-record"],
         "/blobs/config.json' that other copies (a Hugging Face cache's snapshots) share and the cache checks by hash"),
+    "card into a cache snapshot": (  # with --force it wrote through README.md's link, into the shared blob
+        ["card", "{root}/hub/models--me--m/snapshots/0123abc", "--force"],
+        "models--me--m/snapshots/0123abc/README.md' is in a Hugging Face cache snapshot, whose files are links to "
+        "blobs that other snapshots share"),
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),
