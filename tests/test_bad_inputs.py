@@ -995,6 +995,9 @@ CLI = {
        for words in (["extend", "{extended}", "{extended}", "{root}/loop"],
                      ["gguf", "{extended}", "{root}/loop/x.gguf"],
                      ["propagate", "{extended}", "{extended}", "{extended}", "{root}/loop"])},
+    "extend into ~/out": (["extend", "{extended}", "{extended}", "~/out"],  # it wrote into a new folder named '~'
+                          "output_dir='~/out' starts with '~', which vocabshift does not expand (a shell does, "
+                          "unquoted at the start of a word): it would write into a new folder named '~' here. Pass '"),
     "extend under a file": (["extend", "{extended}", "{extended}", "{root}/file.txt/out"],
                             "file.txt/out' cannot be written: "),
     "extend with an option twice": (["extend", "{extended}", "{extended}", "{root}/out", "--option",

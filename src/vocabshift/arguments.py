@@ -138,9 +138,16 @@ def check_path(value: Any, *, name: str) -> Path:
 def check_output_path(value: Any, *, name: str) -> Path:
     """`check_path` for a path to write: no existing file stands where one of its parent folders must be, and the
     nearest existing one lets this user write (checked before any work, so that a long run does not end in a raw
-    error when it writes). A symbolic link stands for where it points: the output is written there, and the link
-    kept (as `save_pretrained` writes through it); one that leads back to itself is refused."""
+    error when it writes), and it does not start with an unexpanded `~`. A symbolic link stands for where it
+    points: the output is written there, and the link kept (as `save_pretrained` writes through it); one that leads
+    back to itself is refused."""
     path = check_path(value, name=name)
+    home = str(value).split(os.sep, 1)[0]
+    if home.startswith("~") and not Path(home).exists():
+        raise InvalidArgumentError(f"{name}={str(value)!r} starts with {home!r}, which vocabshift does not expand (a "
+                                   "shell does, unquoted at the start of a word): it would write into a new folder "
+                                   f"named {home!r} here. Pass {os.path.expanduser(path)!r}, or './{value}' for a "
+                                   "folder of that name.")
     try:
         os.path.realpath(path, strict=True)
     except OSError as error:  # a path that does not exist yet is fine; a loop can never be written
