@@ -307,3 +307,16 @@ def kill_once_written(child: subprocess.Popen, marker: Path, *, timeout: float =
     finally:
         child.kill()
     return Path(marker.read_text())
+
+
+def shards_into_subfolder(folder: Path, name: str = "weights") -> Path:
+    """Move a sharded folder's shards into `folder / name` and point its index there, as transformers loads them
+    ("weights/model-00001-of-00003.safetensors" in the weight map)."""
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    (folder / name).mkdir()
+    for shard in set(index["weight_map"].values()):
+        (folder / shard).rename(folder / name / shard)
+    index["weight_map"] = {key: f"{name}/{shard}" for key, shard in index["weight_map"].items()}
+    index_path.write_text(json.dumps(index), encoding="utf-8")
+    return folder

@@ -24,6 +24,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArgumen
 import vocabshift
 from conftest import ROOT, make_model, make_tokenizer
 from vocabshift import errors
+from vocabshift.cli import main
 from vocabshift.training import (
     DistillationCollator,
     DistillationTrainer,
@@ -98,11 +99,17 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     config["vocabshift"]["evaluations"] = [{"scores": [{"label": "adapted", "bits_per_byte": "1.2"}], "num_texts": 1}]
     (root / "bad-evaluation" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (root / "no-weights" / "model.safetensors").unlink()
+    (root / "loop").symlink_to(root / "loop")  # a link that leads back to itself
     (root / "blobs").mkdir()  # a Hugging Face cache: a snapshot's files are links to blobs other snapshots share
     (root / "snapshot").mkdir()
     for file in (root / "extended").iterdir():
         shutil.copy(file, root / "blobs" / file.name)
         (root / "snapshot" / file.name).symlink_to(root / "blobs" / file.name)
+    (root / "blobs" / "README.md").write_text("# me/m\n", encoding="utf-8")
+    cached = root / "hub" / "models--me--m" / "snapshots" / "0123abc"  # the cache's own layout
+    cached.mkdir(parents=True)
+    for file in (root / "blobs").iterdir():
+        (cached / file.name).symlink_to(Path("../../../../blobs") / file.name)
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -953,6 +960,10 @@ CLI = {
     "evaluate a cache snapshot into its record": (  # it wrote into the blob every snapshot links to
         ["evaluate", "{root}/snapshot", "{root}/ru.txt", "--add-to-record"],
         "/blobs/config.json' that other copies (a Hugging Face cache's snapshots) share and the cache checks by hash"),
+    "card into a cache snapshot": (  # with --force it wrote through README.md's link, into the shared blob
+        ["card", "{root}/hub/models--me--m/snapshots/0123abc", "--force"],
+        "models--me--m/snapshots/0123abc/README.md' is in a Hugging Face cache snapshot, whose files are links to "
+        "blobs that other snapshots share"),
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),
@@ -995,6 +1006,15 @@ CLI = {
                                                 "model.embed_tokens.weight (missing)"),
     "train a model whose embeddings are short": (["train", "{root}/short-embeddings", "{root}/file.txt",
                                                   "{root}/out"], "model.embed_tokens.weight (["),
+    **{f"{words[0]} into a symbolic link loop": (words, f"/{words[-1].split('/', 1)[1]}' cannot be written: it is, "
+                                                 "or lies under, a symbolic link that leads back to itself")
+       # each was a traceback (RuntimeError: Symlink loop)
+       for words in (["extend", "{extended}", "{extended}", "{root}/loop"],
+                     ["gguf", "{extended}", "{root}/loop/x.gguf"],
+                     ["propagate", "{extended}", "{extended}", "{extended}", "{root}/loop"])},
+    "extend into ~/out": (["extend", "{extended}", "{extended}", "~/out"],  # it wrote into a new folder named '~'
+                          "output_dir='~/out' starts with '~', which vocabshift does not expand (a shell does, "
+                          "unquoted at the start of a word): it would write into a new folder named '~' here. Pass '"),
     "extend under a file": (["extend", "{extended}", "{extended}", "{root}/file.txt/out"],
                             "file.txt/out' cannot be written: "),
     "extend with an option twice": (["extend", "{extended}", "{extended}", "{root}/out", "--option",
@@ -1055,6 +1075,10 @@ CLI = {
 }
 
 
+# transformers said it "couldn't connect to 'https://huggingface.co'" (check the internet connection) for a repo id
+# offline mode had kept it from downloading
+_NOT_CACHED = "HF_HUB_OFFLINE is set (offline mode), and 'me/x' is neither a local path nor wholly in the Hugging Face "
+
 # Hub ids when the Hub does not answer: (argv, environment, what stderr must say).
 WITHOUT_HUB = {
     **{f"{words[0]} under a launcher": (words, {"WORLD_SIZE": "2"}, f"vocabshift {words[0]} runs in one process, and "
@@ -1070,6 +1094,14 @@ WITHOUT_HUB = {
     "propagate a Hub id offline": (["propagate", "me/adapted", "{extended}", "{extended}", "{root}/out"],
                                    {"HF_HUB_OFFLINE": "1"}, "adapted='me/adapted' is not a local folder, and the Hub "
                                    "could not be asked for it (OfflineModeIsEnabled"),
+    # transformers said it "couldn't connect to 'https://huggingface.co'": check the internet connection
+    "extend a Hub id offline": (["extend", "me/x", "{extended}", "{root}/out"], {"HF_HUB_OFFLINE": "1"},
+                                f"model='me/x' cannot be loaded: {_NOT_CACHED}"),
+    "extend with a new tokenizer by Hub id offline": (["extend", "{extended}", "me/x", "{root}/out"],
+                                                      {"HF_HUB_OFFLINE": "1"},
+                                                      f"Could not load new_tokenizer='me/x': {_NOT_CACHED}"),
+    "evaluate a Hub id offline": (["evaluate", "me/x", "{root}/ru.txt"], {"HF_HUB_OFFLINE": "1"},
+                                  f"Could not load the tokenizer of model='me/x': {_NOT_CACHED}"),
     "SALT helper by a Hub id that does not answer": (
         ["extend", "{extended}", "{extended}", "{root}/out", "--method", "salt", "--option", "helper_model=me/helper",
          "--option", "word_vectors={root}/file.txt"], {"HF_ENDPOINT": "http://127.0.0.1:9"},
@@ -1108,6 +1140,24 @@ def test_a_refused_token_is_never_printed(w):
     with pytest.raises(errors.InvalidArgumentError) as info:
         vocabshift.push_to_hub(w.root / "extended", "me/x", token="hf_sécret")
     assert "sécret" not in str(info.value) and "at position 4 of 9" in str(info.value)
+
+
+def test_evaluate_into_the_record_of_a_read_only_folder(w, tmp_path, monkeypatch, capsys):
+    """Refused before the evaluation, naming the folder and the fixes: it ended after the evaluation in a raw
+    PermissionError naming the temporary sibling of config.json. (os.access stands for the folder's mode, which root
+    would write through.)"""
+    folder = shutil.copytree(w.root / "extended", tmp_path / "model")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    folder.chmod(0o555)
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder)
+    try:
+        code = main(["evaluate", str(folder), str(w.root / "ru.txt"), "--add-to-record"])
+    finally:
+        folder.chmod(0o755)
+    out, err = capsys.readouterr()
+    assert code == 1 and not out and f"model={str(folder)!r}, a folder this user may not write in: make it writable " \
+        "(chmod u+w), evaluate a copy, or leave --add-to-record out." in err, err
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
 
 
 def test_card_output_in_folders_to_create(w, tmp_path):

@@ -316,3 +316,13 @@ def test_a_base_readme_that_is_not_utf8_is_read_on_without_its_metadata(tmp_path
         card = vocabshift.model_card(write_folder(tmp_path / "tiny-ru", make_record()), language="ru")
     assert card.data.license is None and card.data.language == ["ru"]
     assert "Could not read the card of the base model base-model/README.md (UnicodeDecodeError)" in caplog.text
+
+
+@pytest.mark.parametrize(("name", "card", "push"), [
+    ("tiny ru", "vocabshift card 'tiny ru' --license 'other license'", "vocabshift push 'tiny ru' 'your-name/tiny ru'"),
+    ("-ru", "vocabshift card ./-ru --license 'other license'", "vocabshift push ./-ru your-name/-ru")])
+def test_the_reproduce_commands_are_shell_words(tmp_path, name, card, push):
+    """A folder name with a space, or one argparse would read as a flag, is a word the shell and vocabshift read
+    back (the lines read `vocabshift card tiny ru`, `vocabshift card -ru`)."""
+    text = str(vocabshift.model_card(write_folder(tmp_path / name, make_record()), license="other license"))
+    assert f"\n{card}\n{push}\n" in text, text

@@ -9,8 +9,11 @@ import shutil
 import pytest
 
 import vocabshift
-from conftest import make_model
+from conftest import make_model, shards_into_subfolder
 from vocabshift.cli import main
+from vocabshift.cli_common import load_model
+from vocabshift.errors import ShardError
+from vocabshift.export.gguf import _check_weights
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +153,20 @@ def test_a_propagated_folder_says_so(folder, capsys):
     (folder / "config.json").write_text(json.dumps(config))
     code, out, _ = _inspect(folder, capsys)
     assert code == 0 and "  propagation: LEP overlap carried the rows of out/base-ru into org/instruct\n" in out, out
+
+
+def test_shards_in_a_subfolder_of_the_index(folder, capsys):
+    """An index may name its shards in a subfolder ("weights/model-00001-of-00003.safetensors"), which transformers
+    and llama.cpp's converter load: inspect, load_model and the GGUF export's checks read them too (inspect said
+    "has no *.safetensors weights", load_model called the shards missing); a missing one is still named."""
+    shards_into_subfolder(folder)
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 0 and f"{folder}: consistent" in out, out
+    assert load_model(str(folder)).get_input_embeddings().weight.shape[0] == 1408
+    _check_weights(folder)
+    shard = _embedding_shard(folder)
+    (folder / shard).unlink()
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and f"puts model.embed_tokens.weight in {shard}, which is missing" in out, out
+    with pytest.raises(ShardError, match=f"in {shard}, which is missing"):
+        load_model(str(folder))

@@ -16,7 +16,7 @@ from tokenizers import AddedToken
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import vocabshift
-from conftest import ROOT, kill_once_written, make_model
+from conftest import ROOT, kill_once_written, make_model, shards_into_subfolder
 from vocabshift.record import add_cpt_entry
 from vocabshift.training.cpt import embedding_parameters, trainable_row_ids
 
@@ -282,3 +282,16 @@ def test_a_propagate_killed_midway_leaves_no_output(tmp_path, tokenizers_en, tok
     assert not output.exists() and temporary.exists()
     vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=output)
     assert not temporary.exists() and AutoModelForCausalLM.from_pretrained(output) is not None
+
+
+def test_shards_in_a_subfolder_of_the_index(tmp_path, tokenizers_en, tokenizers_ru):
+    """Shards an index names in a subfolder (as transformers loads them) are read from there and written there: the
+    copy into the temporary folder failed with a raw FileNotFoundError naming that folder."""
+    folders = build_family(tmp_path, "qwen2-tied", tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"])
+    shards_into_subfolder(folders["instruct"])
+    shards_into_subfolder(folders["adapted"], "sub")
+    out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=tmp_path / "out")
+    assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert all(shard.startswith("weights/") for shard in index["weight_map"].values())
+    assert matrices(out)[0].shape == matrices(folders["adapted"])[0].shape

@@ -186,6 +186,20 @@ def test_a_folder_this_user_may_not_write_in_is_refused_before_any_work(tmp_path
     assert list(locked.iterdir()) == []
 
 
+def test_a_write_protected_output_folder_is_refused(tmp_path, monkeypatch):
+    """A previous output made read-only (chmod -R a-w) is kept: the swap succeeded, then deleting the previous
+    output failed with a raw PermissionError, exit code 1 after the new output was in place, and the previous
+    output left as a temporary sibling that no later save could remove."""
+    vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / "out")
+    before, real = digest(tmp_path / "out"), os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: real(path, mode) and Path(path) != tmp_path / "out")
+    with pytest.raises(ModelFolderError, match=f"'{tmp_path / 'out'}' is write-protected \\(this user may not "
+                                               "write in .*\\), and vocabshift replaces output folders as a whole. "
+                                               "Make it writable"):
+        vocabshift.save_pretrained_atomic(tiny(1), None, tmp_path / "out")
+    assert digest(tmp_path / "out") == before and siblings(tmp_path / "out") == []
+
+
 def test_shard_sizes_as_huggingface_hub_reads_them(tmp_path):
     for size in ("20KB", "0.02 mb", 20_000):
         folder = vocabshift.save_pretrained_atomic(tiny(0), None, tmp_path / str(size), max_shard_size=size)

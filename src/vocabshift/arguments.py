@@ -6,6 +6,7 @@ and `InvalidArgumentError` for a value out of range, naming the argument, the va
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from huggingface_hub import constants
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
@@ -20,7 +22,7 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
            "check_positions", "check_rate", "check_repo_id", "check_seed", "check_shard_size", "check_texts",
-           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions"]
+           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions", "offline_miss"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: what errors="surrogateescape" leaves of undecodable bytes
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
@@ -136,9 +138,23 @@ def check_path(value: Any, *, name: str) -> Path:
 def check_output_path(value: Any, *, name: str) -> Path:
     """`check_path` for a path to write: no existing file stands where one of its parent folders must be, and the
     nearest existing one lets this user write (checked before any work, so that a long run does not end in a raw
-    error when it writes). A symbolic link stands for where it points: the output is written there, and the link
-    kept (as `save_pretrained` writes through it)."""
+    error when it writes), and it does not start with an unexpanded `~`. A symbolic link stands for where it
+    points: the output is written there, and the link kept (as `save_pretrained` writes through it); one that leads
+    back to itself is refused."""
     path = check_path(value, name=name)
+    home = str(value).split(os.sep, 1)[0]
+    if home.startswith("~") and not Path(home).exists():
+        raise InvalidArgumentError(f"{name}={str(value)!r} starts with {home!r}, which vocabshift does not expand (a "
+                                   "shell does, unquoted at the start of a word): it would write into a new folder "
+                                   f"named {home!r} here. Pass {os.path.expanduser(path)!r}, or './{value}' for a "
+                                   "folder of that name.")
+    try:
+        os.path.realpath(path, strict=True)
+    except OSError as error:  # a path that does not exist yet is fine; a loop can never be written
+        if error.errno == errno.ELOOP:
+            raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: it is, or lies under, a symbolic "
+                                       "link that leads back to itself. Fix or remove the link (see ls -l), or "
+                                       "pass another path.") from None
     path = Path(os.path.realpath(path)) if path.is_symlink() else path
     nearest = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if nearest is not None and not nearest.is_dir():
@@ -155,9 +171,9 @@ def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> 
     `inputs` that are not existing paths, such as Hub ids, are skipped).
 
     Raises:
-        `InvalidArgumentError`: naming the output and the input (`check_path`'s errors for the output).
+        `InvalidArgumentError`: naming the output and the input (`check_output_path`'s errors for the output).
     """
-    target = check_path(output, name=name).resolve()
+    target = check_output_path(output, name=name).resolve()
     for role, value in inputs.items():
         given = isinstance(value, (str, os.PathLike)) and str(value) != ""  # "" (a model built in memory) is no path
         source = Path(value).resolve() if given and Path(value).exists() else None
@@ -216,6 +232,18 @@ def check_repo_id(repo_id: Any, *, argument: str = "repo_id") -> str:
         raise InvalidArgumentError(f"{argument}={repo_id!r} is not a Hub repo id ({error}): pass 'namespace/name' "
                                    "or 'name', e.g. 'me/smollm2-ru'.") from None
     return repo_id
+
+
+def offline_miss(value: str | os.PathLike[str]) -> str | None:
+    """Why `value`, no local path, could not be loaded from the Hub when offline mode is on (transformers then says
+    it "couldn't connect to 'https://huggingface.co'" and to check the internet connection, which is not the
+    cause); None when it is not on."""
+    if not constants.is_offline_mode() or Path(value).exists():
+        return None
+    switch = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+    return (f"{switch} is set (offline mode), and {str(value)!r} is neither a local path nor wholly in the Hugging "
+            f"Face cache ({constants.HF_HUB_CACHE}): download it while online (hf download {value}), point "
+            "HF_HUB_CACHE or HF_HOME at the cache that holds it, or pass a local folder.")
 
 
 def model_positions(model: Any) -> int | None:

@@ -103,8 +103,9 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
     saved `holds` ("model" or "tokenizer") and nothing else (`name`: the argument's name in messages).
 
     Raises:
-        `ModelFolderError`: a file; a non-empty folder without `config.json` (for a model) or with files a saved
-            `holds` does not have. `InvalidArgumentError`: a file stands where one of its parent folders must be.
+        `ModelFolderError`: a file; a non-empty folder without `config.json` (for a model), with files a saved
+            `holds` does not have, or write-protected. `InvalidArgumentError`: a file stands where one of its
+            parent folders must be.
     """
     target = check_output_path(folder, name=name).absolute()  # "." has no name to build a sibling's from
     if Path.cwd().resolve().is_relative_to(target.resolve()):
@@ -116,6 +117,13 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
         raise ModelFolderError(f"{str(folder)!r} is a file: pass a folder path for the output.")
     if not target.is_dir() or not any(target.iterdir()):
         return target
+    locked = next((path for path in (target, *target.rglob("*")) if path.is_dir() and not os.access(path, os.W_OK)),
+                  None)
+    if locked is not None:  # the swap would succeed, and deleting the previous output fail
+        raise ModelFolderError(
+            f"{str(folder)!r} is write-protected (this user may not write in {str(locked)!r}), and vocabshift replaces "
+            "output folders as a whole. Make it writable (chmod -R u+w) to replace it, or pass another folder."
+        )
     if holds == "model" and not (target / "config.json").is_file():
         raise ModelFolderError(
             f"{str(folder)!r} is a non-empty folder that holds no saved model (no config.json); vocabshift replaces "

@@ -225,16 +225,8 @@ def _teacher_dtype(name: str) -> torch.dtype | Literal["auto"] | None:
 )
 def cmd_evaluate(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)[: args.max_lines]
-    if args.add_to_record and not (Path(args.model) / "config.json").is_file():
-        raise InvalidArgumentError(f"--add-to-record writes into the config.json of model={args.model!r}, which is no "
-                                   "local folder: download it first, or leave --add-to-record out.")
-    if args.add_to_record and (Path(args.model) / "config.json").is_symlink():  # a Hub cache snapshot's: shared
-        raise InvalidArgumentError(
-            f"--add-to-record writes into the config.json of model={args.model!r}, a link to "
-            f"{os.path.realpath(Path(args.model) / 'config.json')!r} that other copies (a Hugging Face cache's "
-            "snapshots) share and the cache checks by hash: evaluate a copy (hf download --local-dir, or "
-            "save_pretrained), or leave --add-to-record out."
-        )
+    if args.add_to_record:
+        _check_config_to_write(args.model)
     tokenizer, model = model_tokenizer(args.model), load_model(args.model)
     if args.add_to_record and find_record(model) is None:  # before the evaluation, not after it
         raise RecordError(f"--add-to-record: model={args.model!r} carries no vocabshift record to add the evaluation "
@@ -255,6 +247,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result.add_to_record(model)
         _rewrite_record(Path(args.model), model)
     return 0
+
+
+def _check_config_to_write(model: str) -> None:
+    """Before the evaluation, not after it: the config.json --add-to-record rewrites (a temporary sibling, renamed
+    over it) is a local file of the folder's own, in a folder this user may write in."""
+    config, said = Path(model) / "config.json", f"--add-to-record writes into the config.json of model={model!r}"
+    if not config.is_file():
+        raise InvalidArgumentError(f"{said}, which is no local folder: download it first, or leave --add-to-record "
+                                   "out.")
+    if config.is_symlink():  # a Hub cache snapshot's: shared
+        raise InvalidArgumentError(
+            f"{said}, a link to {os.path.realpath(config)!r} that other copies (a Hugging Face cache's snapshots) "
+            "share and the cache checks by hash: evaluate a copy (hf download --local-dir, or save_pretrained), or "
+            "leave --add-to-record out."
+        )
+    if not os.access(config.parent, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(f"{said}, a folder this user may not write in: make it writable (chmod u+w), "
+                                   "evaluate a copy, or leave --add-to-record out.")
 
 
 def _rewrite_record(folder: Path, model: Model) -> None:

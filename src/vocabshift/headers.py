@@ -26,7 +26,7 @@ from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
 __all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "check_folder_files", "check_weight_map", "corrupted",
-           "json_object", "load_config", "missing_config", "read_config", "read_header", "read_index",
+           "folder_files", "json_object", "load_config", "missing_config", "read_config", "read_header", "read_index",
            "read_json_object", "read_weight_map"]
 
 # what AutoConfig raises for a config.json it cannot use: an unknown model_type, a field of the wrong type (a
@@ -283,6 +283,21 @@ def check_weight_map(weight_map: dict[str, str], headers: dict[str, Header], *, 
         if key not in headers[shard].tensors:
             raise ShardError(f"{index} puts {key} in {shard}, which does not hold it: the folder is corrupted; "
                              "download or save the model again.")
+
+
+def folder_files(folder: Path) -> list[str]:
+    """The names of `folder`'s entries, and of the shards its `model.safetensors.index.json` names in subfolders
+    (transformers and llama.cpp's converter load an index's "sub/model-00001-of-00002.safetensors"), as paths
+    relative to `folder`, sorted: what `check_folder_files` takes.
+
+    Raises:
+        `ShardError`: a corrupted index (`read_index`).
+    """
+    files = {path.name for path in folder.iterdir()}
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files.update(str(PurePosixPath(name)) for name in read_weight_map(index).values() if (folder / name).is_file())
+    return sorted(files)
 
 
 def check_folder_files(folder: Path, files: list[str]) -> dict[str, Header]:

@@ -18,7 +18,7 @@ from ._typing import Tokenizer
 from .arguments import check_flag, check_path
 from .embeddings import embedding_names, stored_shape
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
-from .headers import check_weight_map, load_config, read_config, read_header, read_weight_map
+from .headers import check_weight_map, folder_files, load_config, read_config, read_header, read_weight_map
 from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
 from .vocab._splice import merge_pairs
@@ -120,22 +120,26 @@ def _read_config(folder: Path) -> tuple[dict[str, Any], Any]:
 def _saved_shapes(report: Inspection, folder: Path) -> dict[str, list[int]]:
     """The shapes of every tensor in the readable shards; each unreadable shard, or an index its shards
     contradict, is a problem."""
-    files = sorted(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    try:
+        files = [name for name in folder_files(folder) if name.endswith(".safetensors")]
+        weight_map = read_weight_map(index) if index.is_file() else {}
+    except ShardError as error:  # a corrupted index: a problem; the folder's own shards are still read
+        report.problems.append(str(error))
+        files, weight_map = sorted(path.name for path in folder.glob("*.safetensors")), {}
     if not files:
         raise ModelFolderError(f"{str(folder)!r} has no *.safetensors weights: pass a folder written by "
                                "save_pretrained.")
     headers, broken = {}, set()
-    for path in files:
+    for name in files:
         try:
-            headers[path.name] = read_header(path)
+            headers[name] = read_header(folder / name)
         except ShardError as error:
             report.problems.append(str(error))
-            broken.add(path.name)
-    index = folder / "model.safetensors.index.json"
+            broken.add(name)
     try:
-        if index.is_file():
-            weight_map = {key: shard for key, shard in read_weight_map(index).items() if shard not in broken}
-            check_weight_map(weight_map, headers, index=repr(str(index)))
+        check_weight_map({key: shard for key, shard in weight_map.items() if shard not in broken}, headers,
+                         index=repr(str(index)))
     except ShardError as error:
         report.problems.append(str(error))
     return {name: list(info.shape) for header in headers.values() for name, info in header.tensors.items()}

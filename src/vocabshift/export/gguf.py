@@ -32,7 +32,7 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import Header, check_folder_files, load_config, missing_config, read_config
+from ..headers import Header, check_folder_files, folder_files, load_config, missing_config, read_config
 from ..record import find_record
 from ..vocab.spm_file import sentencepiece_mismatch
 from ._convert import UNKNOWN_PRE_TOKENIZER
@@ -120,7 +120,7 @@ def export_gguf(model_dir: str | os.PathLike, output_path: str | os.PathLike, *,
 def _check_weights(folder: Path) -> None:
     """Safetensors weights, each shard whole (the converter writes a GGUF without tensors from a folder without
     any, and fails on a truncated one), one set of them, with the rows config.json names."""
-    files = sorted(path.name for path in folder.iterdir())
+    files = folder_files(folder)
     if not any(name.endswith(".safetensors") for name in files):
         raise ModelFolderError(f"model_dir={str(folder)!r} has no *.safetensors weights: pass a folder written by "
                                "save_pretrained, or vocab_only=True for the vocabulary alone.")

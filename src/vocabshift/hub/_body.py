@@ -159,11 +159,16 @@ def _extend_lines(record: ExtensionRecord, output: str) -> list[str]:
 
 def _card_command(output: str, options: dict[str, Any]) -> str:
     """`vocabshift card` with the options the card was generated with (lists as repeated flags)."""
-    parts = [f"vocabshift card {output}"]
+    parts = [f"vocabshift card {_path_word(output)}"]
     for name, value in options.items():
         values = [] if value is None else [value] if isinstance(value, str) else list(value)
-        parts += [f"--{name.replace('_', '-')} {v}" for v in values]
+        parts += [f"--{name.replace('_', '-')} {shlex.quote(v)}" for v in values]
     return " ".join(parts)
+
+
+def _path_word(path: str) -> str:
+    """`path` as one shell word that argparse reads as a path, not as a flag (a name such as `-ru` or `out ü`)."""
+    return shlex.quote(f"./{path}" if path.startswith("-") else path)
 
 
 def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options: dict[str, Any]) -> list[str]:
@@ -179,7 +184,7 @@ def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options:
     for step, entries in steps:
         commands = [shlex.join(entry["command"]) for entry in entries if entry.get("command")]
         lines += commands or ([f"# then {step}: see the table above"] if entries else [])
-    return lines + [_card_command(output, card_options), f"vocabshift push {output} {repo_id}"]
+    return lines + [_card_command(output, card_options), f"vocabshift push {_path_word(output)} {shlex.quote(repo_id)}"]
 
 
 def _shell_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -190,6 +190,8 @@ def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, r
     while the output tokenizer is built (not before the checks, so a refusal never waits for a fit). Then rewrite
     the embedding shards. An error anywhere cancels what is queued (the caller drops the folder)."""
     layout = models["instruct"].layout
+    for name in layout.shards:  # an index may name shards in subfolders, "sub/model-00001-of-00002.safetensors"
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         copies = [pool.submit(copy_shard, headers[name].path, folder / name, hardlink=hardlink)

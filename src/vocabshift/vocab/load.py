@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .._typing import Tokenizer as FastTokenizer
-from ..arguments import check_repo_id
+from ..arguments import check_repo_id, offline_miss
 from ..errors import InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
 from ..headers import load_config
 
@@ -66,6 +66,8 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
     except Exception as error:  # the loaders raise many types; the message is what users need
         if isinstance(error, StrictDataclassError) and path.is_dir():  # AutoTokenizer reads config.json too
             load_config(path)  # names config.json and its field
+        if isinstance(error, OSError) and (offline := offline_miss(value)):
+            raise TokenizerLoadError(f"Could not load {argument}={str(value)!r}: {offline}") from None
         missing = path.is_dir() and not Path(path, "tokenizer.json").is_file()
         raise TokenizerLoadError(
             f"Could not load {argument}={str(value)!r}{' (a folder without tokenizer.json)' if missing else ''}: "
