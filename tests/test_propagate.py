@@ -13,8 +13,9 @@ import pytest
 import torch
 from safetensors import safe_open
 from tokenizers import AddedToken
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
 
+import conftest
 import vocabshift
 from conftest import ROOT, kill_once_written, make_model, shards_into_subfolder
 from vocabshift.record import add_cpt_entry
@@ -257,6 +258,33 @@ def test_a_head_bias_is_carried_like_the_rows(tmp_path, tokenizers_en, tokenizer
     new = torch.tensor(record.new_ids)
     assert torch.allclose(bias["out"][new], bias["instruct"][:old].mean().expand(len(new)), atol=1e-6)
     assert vocabshift.inspect_folder(out).ok
+
+
+def _gemma3_with_vision(vocab_size: int) -> torch.nn.Module:
+    text = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16, sliding_window=16)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    return Gemma3ForConditionalGeneration(Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=vocab_size - 1,
+        boi_token_index=vocab_size - 3, eoi_token_index=vocab_size - 2))
+
+
+def test_embeddings_stored_under_other_names_than_the_parameters(tmp_path, tokenizers_en, tokenizers_ru,
+                                                                 monkeypatch):
+    """Gemma-3 with its vision tower names its input embeddings `model.language_model.embed_tokens.weight`, which
+    save_pretrained stores as `language_model.model.embed_tokens.weight`: propagate found no embedding tensor and
+    said the weights were incomplete."""
+    monkeypatch.setitem(conftest.ARCHITECTURES, "gemma3-vision", ("sentencepiece", _gemma3_with_vision))
+    folders = build_family(tmp_path, "gemma3-vision", tokenizers_en["sentencepiece"], tokenizers_ru["sentencepiece"],
+                           chat_markers=True)
+    out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=tmp_path / "out",
+                               method="overlap")
+    expected = reference("overlap", folders, AutoTokenizer.from_pretrained(out), 0)
+    found = matrices(out)[0]
+    assert found.shape == expected.shape
+    assert torch.allclose(found, expected, atol=1e-5 * expected.abs().max(), rtol=0)
+    assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
 
 
 CHILD_PROPAGATE = """

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import FAMILIES
 from vocabshift.vocab.forms import backend_state
-from vocabshift.vocab.replace import _append_added_tokens, _ids_by_content, _merged_state, _remap
+from vocabshift.vocab.replace import _append_added_tokens, _ids_by_content, _merged_state, _remap, replacement_tokenizer
 
 
 def rewritten_state(source, new) -> dict:
@@ -32,3 +32,12 @@ def test_the_rewrite_is_skipped_exactly_when_it_changes_nothing(family, tokenize
         assert (merged is None) == (rewritten_state(old, new) == backend_state(new))
     assert _merged_state(source, extended) is None
     assert _merged_state(marked, source) is not None
+
+
+def test_named_chat_templates_are_kept(tokenizers_en, tokenizers_ru):
+    """An instruct tokenizer's named templates (tool_use beside the default one) are saved apart from
+    tokenizer_config.json, in additional_chat_templates/: they were left out, only the default one was kept."""
+    source = copy.deepcopy(tokenizers_en["bytelevel"])
+    source.chat_template = {"default": "{{ messages[0]['content'] }}", "tool_use": "{{ tools }}"}
+    for new in (tokenizers_ru["bytelevel"], copy.deepcopy(source)):
+        assert replacement_tokenizer(source, new).chat_template == source.chat_template

@@ -195,7 +195,18 @@ def embedding_names(config: Any) -> EmbeddingNames:
     named = list(model.named_parameters(remove_duplicate=False))
     input_names = [n for n, p in named if p is inputs.weight]
     head_names = [n for n, p in named if p is getattr(head, "weight", None)]
-    return EmbeddingNames(input_names, head_names, bool(head_names) and bool(set(input_names) & set(head_names)))
+    tied = bool(head_names) and bool(set(input_names) & set(head_names))
+    return EmbeddingNames(_with_saved_names(model, input_names), _with_saved_names(model, head_names), tied)
+
+
+def _with_saved_names(model: Any, names: list[str]) -> list[str]:
+    """`names`, then the names save_pretrained stores those parameters under where transformers renames them on
+    saving (Gemma-3's and Llava's `model.language_model.*` are stored as `language_model.model.*`)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    saved = [key for name in names for key in revert_weight_conversion(model, {name: parameters[name]})]
+    return list(dict.fromkeys([*names, *saved]))
 
 
 def stored_shape(shapes: Mapping[str, list[int]], names: Sequence[str]) -> list[int] | None:

@@ -95,7 +95,7 @@ def _remap(node: Any, ids: dict[str, int]) -> Any:
 
 
 def _take_settings(old_dir: Path, new_dir: Path) -> None:
-    """Copy the special-token roles, model settings and chat template of the old tokenizer's config."""
+    """Copy the special-token roles, model settings and chat templates (named ones too) of the old tokenizer."""
     old = json.loads((old_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     new = json.loads((new_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     new = {key: value for key, value in new.items() if not key.endswith("_token")}
@@ -103,3 +103,6 @@ def _take_settings(old_dir: Path, new_dir: Path) -> None:
     (new_dir / "tokenizer_config.json").write_text(json.dumps(new, ensure_ascii=False, indent=2), encoding="utf-8")
     for template in old_dir.glob("chat_template*"):
         shutil.copy(template, new_dir / template.name)
+    named = old_dir / "additional_chat_templates"  # the named templates (e.g. tool_use) beside the default one
+    if named.is_dir():
+        shutil.copytree(named, new_dir / named.name, dirs_exist_ok=True)
