@@ -151,6 +151,23 @@ def test_missing_or_wrong_word_vectors_and_corpora_are_refused(tokenizers_en, to
     assert torch.equal(model.get_input_embeddings().weight, before)
 
 
+def test_token_vectors_without_a_family_are_read_in_the_new_tokenizer_s(tokenizers_en, tokenizers_ru,
+                                                                       token_vectors_ru):
+    """Extending a byte-level tokenizer with a SentencePiece one: vectors whose family is unknown (a .bin without
+    the metadata beside it) hold the new tokenizer's `▁` strings, not the merged target's `Ġ` ones (before, focus
+    found none of the new tokens and blamed the vectors)."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["sentencepiece"]
+    known = token_vectors_ru["sentencepiece"]
+    unknown = vocabshift.WordVectors(known.words, known.vectors, level="token")
+    rows = []
+    for vectors in (known, unknown):
+        model = make_model("qwen2-tied", source)
+        model.extend_vocabulary(new, method="focus", source_tokenizer=source, word_vectors=vectors)
+        rows.append(model.get_input_embeddings().weight.detach())
+    assert vocabshift.get_record(model).diagnostics["new_with_vector"] > 0
+    assert torch.equal(rows[0], rows[1])
+
+
 def test_focus_trains_its_vectors_from_a_corpus_once(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, monkeypatch):
     monkeypatch.setenv("VOCABSHIFT_CACHE", str(tmp_path / "cache"))
     source, new = tokenizers_en["sentencepiece"], tokenizers_ru["sentencepiece"]

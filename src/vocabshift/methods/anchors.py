@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import MethodOptionError, WordVectorsError
+from ..vocab.forms import backend_state, detect_family
 from ..wordvectors import WordVectors
 from .base import InitContext
 
@@ -72,7 +73,10 @@ def token_space(context: InitContext, vectors: WordVectors) -> TokenSpace:
         `WordVectorsError`: if the vectors cover none of the new tokens or none of the shared tokens.
     """
     alignment = context.alignment
-    family = alignment.target_family
+    # token-level vectors without a family of their own hold the new tokenizer's token strings; in extend mode the
+    # target is the old tokenizer's model, which may spell tokens in another family (byte-level `Ġ` vs `▁`)
+    new = context.new_tokenizer
+    family = alignment.target_family if new is None else detect_family(backend_state(new))
     language = alignment.new_tokenizer_forms
     in_language = {form.key for form in language} if language is not None else None
     forms = alignment.target_forms
