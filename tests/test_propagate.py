@@ -278,6 +278,8 @@ def test_embeddings_stored_under_other_names_than_the_parameters(tmp_path, token
     monkeypatch.setitem(conftest.ARCHITECTURES, "gemma3-vision", ("sentencepiece", _gemma3_with_vision))
     folders = build_family(tmp_path, "gemma3-vision", tokenizers_en["sentencepiece"], tokenizers_ru["sentencepiece"],
                            chat_markers=True)
+    processor = '{"image_seq_length": 4, "processor_class": "Gemma3Processor"}'
+    (folders["instruct"] / "processor_config.json").write_text(processor, encoding="utf-8")
     out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"], output_dir=tmp_path / "out",
                                method="overlap")
     expected = reference("overlap", folders, AutoTokenizer.from_pretrained(out), 0)
@@ -285,6 +287,7 @@ def test_embeddings_stored_under_other_names_than_the_parameters(tmp_path, token
     assert found.shape == expected.shape
     assert torch.allclose(found, expected, atol=1e-5 * expected.abs().max(), rtol=0)
     assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
+    assert (out / "processor_config.json").read_text(encoding="utf-8") == processor  # it was left out
 
 
 CHILD_PROPAGATE = """

@@ -26,7 +26,7 @@ from ._disk import raise_if_out_of_room
 from .arguments import check_output_path
 from .errors import ModelFolderError
 
-__all__ = ["LEGACY_TOKENIZER_FILES", "LICENSE_PREFIXES", "TOKENIZER_FILES", "atomic_file", "atomic_folder",
+__all__ = ["LEGACY_TOKENIZER_FILES", "LICENSE_PREFIXES", "PROCESSOR_FILES", "TOKENIZER_FILES", "atomic_file", "atomic_folder",
            "atomic_write_text", "check_replaceable"]
 
 logger = logging.getLogger(__name__)
@@ -35,11 +35,14 @@ _NAME_BYTES = 180  # of the output's name in its siblings': with the rest, withi
 # What the folder of a saved tokenizer, and of a saved model, holds: what save_pretrained writes for a causal LM and
 # its tokenizer, and what vocabshift adds (the card, the loss curve, the license files propagate copies). An output
 # folder is replaced only when it holds nothing else: never a project, a Trainer's output_dir with its checkpoints or
-# a clone of a Hub repo, whose other files the swap would delete.
+# a clone of a Hub repo, whose other files the swap would delete (a propagated multimodal model's processor configs
+# too: a saved model does not hold them).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json")
 LEGACY_TOKENIZER_FILES = ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "spiece.model")
 LICENSE_PREFIXES = ("LICENSE", "NOTICE", "USE_POLICY")
+# a multimodal model's image and video preprocessing (AutoProcessor reads them), which propagate copies from instruct
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 _TOKENIZER_ENTRIES = (*TOKENIZER_FILES, *LEGACY_TOKENIZER_FILES, "additional_chat_templates/")
 _MODEL_ENTRIES = ("config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
                   "model.safetensors.index.json", "README.md", "cpt_loss.png",

@@ -24,7 +24,7 @@ from ..vocab.replace import replacement_tokenizer
 from .checks import Model, check_config_rows, check_facts, check_lineage, check_siblings
 from .fit import METHODS, Fit, fit_map
 from .lineage import check_rows
-from .outputs import write_configs, write_index, write_license_files
+from .outputs import copy_instruct_files, write_configs, write_index
 from .plan import RowPlan, fit_pairs, propagated_bias, propagated_blocks, row_plan
 from .shards import Blocks, Matrix, copy_shard, read_vector, write_shard
 from .sources import find_layout, open_source
@@ -107,7 +107,7 @@ def propagate(
         entry = _entry(models, method, fits, plan, options, target)
         save_tokenizer(tokenizer, folder, like=models["adapted"].tokenizer, shown_as=target)
         write_configs(folder, models["instruct"], record, entry, tokenizer, plan.rows)
-        write_license_files(folder, models["instruct"].source)
+        copy_instruct_files(folder, models["instruct"].source)
     return target
 
 

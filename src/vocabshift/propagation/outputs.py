@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._typing import Tokenizer
-from ..atomic import LICENSE_PREFIXES, atomic_write_text
+from ..atomic import LICENSE_PREFIXES, PROCESSOR_FILES, atomic_write_text
 from ..headers import read_json_object
 from ..record import ExtensionRecord, propagated, store_record
 from ..vocab.ids import remap_token_ids
@@ -18,7 +18,7 @@ from ..vocab.load import fingerprint
 from .checks import Model
 from .sources import INDEX, Layout, Source
 
-__all__ = ["write_configs", "write_index", "write_license_files"]
+__all__ = ["copy_instruct_files", "write_configs", "write_index"]
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -75,8 +75,9 @@ def write_configs(folder: Path, instruct: Model, record: ExtensionRecord, entry:
         _write_json(folder / "generation_config.json", generation)
 
 
-def write_license_files(folder: Path, instruct: Source) -> None:
-    """The instruct model's license and notice files (its license applies to the output)."""
+def copy_instruct_files(folder: Path, instruct: Source) -> None:
+    """The instruct model's license and notice files (its license applies to the output), and a multimodal
+    instruct's processor configs (its image and video preprocessing, which the new vocabulary leaves as it is)."""
     for name in instruct.files:
-        if "/" not in name and name.upper().startswith(LICENSE_PREFIXES):
+        if "/" not in name and (name.upper().startswith(LICENSE_PREFIXES) or name in PROCESSOR_FILES):
             shutil.copyfile(instruct.file(name), folder / name)

@@ -22,7 +22,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
-from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, TOKENIZER_FILES
+from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, PROCESSOR_FILES, TOKENIZER_FILES
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
 from ..headers import adapter_fix, load_config, read_config, read_header, read_index
@@ -31,7 +31,7 @@ __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-_INSTRUCT_FILES = ("generation_config.json",)
+_INSTRUCT_FILES = ("generation_config.json", *PROCESSOR_FILES)
 
 
 @dataclass(frozen=True)
