@@ -26,8 +26,8 @@ from ._disk import raise_if_out_of_room
 from .arguments import check_output_path
 from .errors import ModelFolderError
 
-__all__ = ["LEGACY_TOKENIZER_FILES", "LICENSE_PREFIXES", "PROCESSOR_FILES", "TOKENIZER_FILES", "atomic_file", "atomic_folder",
-           "atomic_write_text", "check_replaceable"]
+__all__ = ["LEGACY_TOKENIZER_FILES", "LICENSE_PREFIXES", "PROCESSOR_FILES", "TOKENIZER_FILES", "atomic_file",
+           "atomic_folder", "atomic_write_text", "check_replaceable"]
 
 logger = logging.getLogger(__name__)
 
