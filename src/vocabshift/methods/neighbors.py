@@ -95,8 +95,8 @@ def sparsemax_neighbors(
     similarities are computed in float64 (cheaper than ranking in float32 and rescoring the candidates, whose
     gathers cost more than the product), and the candidate count doubles for rows whose support reaches the last
     candidate. With `max_support`, a row whose support is larger keeps its `max_support` most similar keys (exactly
-    those of the dense computation; their values are then sparsemax over the candidates, not over all keys) and is
-    counted in `capped`.
+    those of the dense computation) with their values in the sparsemax over the candidates ranked so far, which then
+    sum to less than 1 (renormalize them, or refit them as SALT's least squares does), and is counted in `capped`.
     """
     wide, device = precise(queries.device), queries.device
     queries, keys = normalize(queries.to(wide)) / temperature, normalize(keys.to(wide))
