@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..._typing import Model
 from ...errors import InvalidArgumentError
@@ -232,7 +233,9 @@ def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch
         assert targets.chunk_logps is not None, "teacher_targets computed with other weights"
         logps = chunk_log_probs(token_log_probs(out.logits[:count], part["input_ids"]), part["chunk_ids"],
                                 part["chunk_ends"].shape[1])
-        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask, weights=gate)
+        # chunk k's likelihood is predicted after chunk k - 1, where the gate judged the teacher on its first piece
+        judged_before = None if gate is None else F.pad(gate[:, :-1], (1, 0))
+        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask, weights=judged_before)
     if weights.next_piece:
         assert targets.next_logps is not None
         parts["next_piece"] = next_piece_loss(grouped, targets.next_logps, mask, weights=gate)
