@@ -114,6 +114,19 @@ def test_the_gate_judges_each_chunk_likelihood_where_it_is_predicted(setup):
     assert 0 < parts["chunk"] == pytest.approx(sum(per_row) / len(per_row), rel=1e-4)
 
 
+def test_the_gate_without_next_piece(setup):
+    """The gate judges from the next pieces' log probabilities alone, which teacher_targets keeps without next_piece:
+    the other objectives are gated as with it."""
+    model, teacher, batch, pieces, tree = setup
+    without = DistillationWeights(next_piece=0, teacher_share=1, adaptive_share=False)
+    with_it = DistillationWeights(teacher_share=1, adaptive_share=False)
+    parts = [distillation_loss(model, teacher_targets(teacher, batch, w, tree=tree), batch, w, first_pieces=pieces,
+                               tree=tree)[1] for w in (without, with_it)]
+    assert "next_piece" not in parts[0]
+    for name in ("hidden", "piece_tree", "next_token", "teacher_wins", "teacher_lead"):
+        assert parts[0][name] == pytest.approx(parts[1][name], rel=1e-6), name
+
+
 def test_the_gate_reports_the_share_of_chunks_the_teacher_won(setup):
     model, teacher, batch, pieces, tree = setup
     weights = DistillationWeights(teacher_share=1)

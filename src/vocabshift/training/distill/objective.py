@@ -218,8 +218,11 @@ def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch
     if weights.next_piece or weights.piece_tree or weights.gate:
         logits = at_chunk_ends(out.logits[:count], part["chunk_ends"])
     if weights.next_piece or weights.gate:
-        assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
-        grouped = first_piece_probs(logits, first_pieces, targets.next_logps.shape[-1])
+        assert first_pieces is not None  # checked by distillation_loss
+        # without next_piece, teacher_targets keeps only the next pieces' log probabilities: the gate reads the groups
+        # of the old pieces, which first_pieces numbers up to its slot for tokens without one
+        slots = targets.next_logps.shape[-1] if targets.next_logps is not None else int(first_pieces.max())
+        grouped = first_piece_probs(logits, first_pieces, slots)
     gate: torch.Tensor | None = None
     judged: dict[str, float] = {}
     if weights.gate:
