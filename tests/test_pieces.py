@@ -107,3 +107,20 @@ def test_piece_tree_needs_its_table(tokenizers_en, en_lines):
     teacher = Teacher(model, old_rows=len(tokenizer), frozen_old_rows=True)
     with pytest.raises(InvalidArgumentError, match="piece_tree"):
         teacher_targets(teacher, batch, DistillationWeights(piece_tree=1))
+
+
+def test_a_tree_without_splits_scores_zero(tokenizers_en, tokenizers_ru, ru_lines):
+    # the English Unigram tokenizer has no byte fallback: it writes no Russian token, so no node of the tree splits
+    source = tokenizers_en["unigram"]
+    model = copy.deepcopy(make_model("llama-untied", source))
+    tokenizer = model.extend_vocabulary(tokenizers_ru["unigram"], source_tokenizer=source)
+    record = vocabshift.get_record(model)
+    assert not any(record.decomposition_lists())
+    tree = piece_tree(record, model.get_input_embeddings().weight.shape[0])
+    batch = DistillationCollator(tokenizer, source, max_length=24)(ru_lines[:2])
+    teacher = Teacher(model, old_rows=record.old_vocab_size, frozen_old_rows=True)
+    weights = DistillationWeights(hidden=0, next_piece=0, piece_tree=1, next_token=0, teacher_share=1, gate=False)
+    with torch.no_grad():
+        targets = teacher_targets(teacher, batch, weights, tree=tree)
+        _, parts = distillation_loss(model, targets, batch, weights, tree=tree)
+    assert len(targets.tree_nodes) == 0 and parts["piece_tree"] == 0.0

@@ -68,7 +68,8 @@ def test_a_teacher_that_never_knows_better_leaves_cross_entropy(setup):
 
 def test_a_teacher_that_always_knows_better_counts_every_followed_chunk(setup):
     """Where the teacher is certain of every next piece it wins every chunk that another follows: piece_tree (which
-    only scores those) is the ungated one, the others lose only each row's last chunk."""
+    only scores those) and chunk (each chunk judged where it is predicted, after the one before) are the ungated
+    ones, the others lose only each row's last chunk."""
     model, teacher, batch, pieces, tree = setup
     weights = DistillationWeights(chunk=1.0, teacher_share=1)
     ungated = DistillationWeights(chunk=1.0, teacher_share=1, gate=False)
@@ -78,9 +79,52 @@ def test_a_teacher_that_always_knows_better_counts_every_followed_chunk(setup):
     plain = distillation_loss(model, teacher_targets(teacher, batch, ungated, tree=tree), batch, ungated,
                               first_pieces=pieces, tree=tree)[1]
     assert gated["teacher_wins"] == 1.0
-    assert gated["piece_tree"] == pytest.approx(plain["piece_tree"], rel=1e-6)
-    for name in ("hidden", "chunk", "next_piece"):
+    for name in ("piece_tree", "chunk"):
+        assert gated[name] == pytest.approx(plain[name], rel=1e-6), name
+    for name in ("hidden", "next_piece"):
         assert 0 < gated[name] < plain[name], name
+
+
+def test_the_gate_judges_each_chunk_likelihood_where_it_is_predicted(setup):
+    """chunk scores the likelihood of chunk k, which the student and the teacher predict after chunk k - 1: it counts
+    where the teacher gave chunk k's first piece more probability, not chunk k + 1's."""
+    model, teacher, batch, pieces, tree = setup
+    weights = DistillationWeights(hidden=0, chunk=1.0, piece_tree=0, teacher_share=1, adaptive_share=False)
+    targets = teacher_targets(teacher, batch, weights, tree=tree)
+    with torch.no_grad():
+        parts = distillation_loss(model, targets, batch, weights, first_pieces=pieces)[1]
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        out = teacher(batch["teacher_input_ids"], batch["teacher_attention_mask"], layer=-1, logits=True)
+    per_row = []
+    for b in range(len(batch["input_ids"])):
+        ends, teacher_ends = batch["chunk_ends"][b].tolist(), batch["teacher_chunk_ends"][b].tolist()
+        ids, teacher_ids = batch["input_ids"][b], batch["teacher_input_ids"][b]
+        count, total = int(batch["chunk_mask"][b].sum()), 0.0
+        for k in range(1, count):
+            piece = int(teacher_ids[teacher_ends[k - 1] + 1])  # chunk k's first old piece
+            student_piece = logits[b, ends[k - 1]].softmax(-1)[pieces == piece].sum().log()
+            if out.logits[b, teacher_ends[k - 1]].log_softmax(-1)[piece] <= student_piece:
+                continue
+            span, teacher_span = slice(ends[k - 1], ends[k]), slice(teacher_ends[k - 1], teacher_ends[k])
+            student = logits[b, span].log_softmax(-1).gather(-1, ids[span.start + 1: span.stop + 1, None])
+            expected = out.logits[b, teacher_span].log_softmax(-1).gather(
+                -1, teacher_ids[teacher_span.start + 1: teacher_span.stop + 1, None])
+            total += abs(student.sum().item() - expected.sum().item())
+        per_row.append(total / (count - 1))
+    assert 0 < parts["chunk"] == pytest.approx(sum(per_row) / len(per_row), rel=1e-4)
+
+
+def test_the_gate_without_next_piece(setup):
+    """The gate judges from the next pieces' log probabilities alone, which teacher_targets keeps without next_piece:
+    the other objectives are gated as with it."""
+    model, teacher, batch, pieces, tree = setup
+    without = DistillationWeights(next_piece=0, teacher_share=1, adaptive_share=False)
+    with_it = DistillationWeights(teacher_share=1, adaptive_share=False)
+    parts = [distillation_loss(model, teacher_targets(teacher, batch, w, tree=tree), batch, w, first_pieces=pieces,
+                               tree=tree)[1] for w in (without, with_it)]
+    assert "next_piece" not in parts[0]
+    for name in ("hidden", "piece_tree", "next_token", "teacher_wins", "teacher_lead"):
+        assert parts[0][name] == pytest.approx(parts[1][name], rel=1e-6), name
 
 
 def test_the_gate_reports_the_share_of_chunks_the_teacher_won(setup):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..._typing import Model
 from ...errors import InvalidArgumentError
@@ -217,8 +218,11 @@ def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch
     if weights.next_piece or weights.piece_tree or weights.gate:
         logits = at_chunk_ends(out.logits[:count], part["chunk_ends"])
     if weights.next_piece or weights.gate:
-        assert targets.next_logps is not None and first_pieces is not None, "targets computed with other weights"
-        grouped = first_piece_probs(logits, first_pieces, targets.next_logps.shape[-1])
+        assert first_pieces is not None  # checked by distillation_loss
+        # without next_piece, teacher_targets keeps only the next pieces' log probabilities: the gate reads the groups
+        # of the old pieces, which first_pieces numbers up to its slot for tokens without one
+        slots = targets.next_logps.shape[-1] if targets.next_logps is not None else int(first_pieces.max())
+        grouped = first_piece_probs(logits, first_pieces, slots)
     gate: torch.Tensor | None = None
     judged: dict[str, float] = {}
     if weights.gate:
@@ -232,7 +236,9 @@ def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch
         assert targets.chunk_logps is not None, "teacher_targets computed with other weights"
         logps = chunk_log_probs(token_log_probs(out.logits[:count], part["input_ids"]), part["chunk_ids"],
                                 part["chunk_ends"].shape[1])
-        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask, weights=gate)
+        # chunk k's likelihood is predicted after chunk k - 1, where the gate judged the teacher on its first piece
+        judged_before = None if gate is None else F.pad(gate[:, :-1], (1, 0))
+        parts["chunk"] = chunk_likelihood_loss(logps, targets.chunk_logps, mask, weights=judged_before)
     if weights.next_piece:
         assert targets.next_logps is not None
         parts["next_piece"] = next_piece_loss(grouped, targets.next_logps, mask, weights=gate)

@@ -87,7 +87,8 @@ def piece_tree(record: ExtensionRecord, rows: int, device: torch.device | str = 
     nodes, start, size, stops, children = _nodes([sequences[token] for token in order])
     base = record.old_vocab_size + 1
     keyed = sorted((nodes[prefix[:-1]] * base + prefix[-1], node) for prefix, node in nodes.items() if prefix)
-    width = max(map(len, children[1:]), default=0) + 1  # the root's slots are next_piece's: not kept
+    # the root's slots are next_piece's: not kept; slot 1 always exists (-1 where no node splits), which the walk reads
+    width = max(1, *map(len, children[1:])) + 1
     child_pieces = np.full((len(start), width), -1, dtype=np.int64)
     for node, ranks in enumerate(children[1:], 1):
         child_pieces[node, 1 : len(ranks) + 1] = list(ranks)
