@@ -220,8 +220,9 @@ def _teacher_objectives(out: Any, targets: TeacherTargets, part: dict[str, torch
     if weights.next_piece or weights.gate:
         assert first_pieces is not None  # checked by distillation_loss
         # without next_piece, teacher_targets keeps only the next pieces' log probabilities: the gate reads the groups
-        # of the old pieces, which first_pieces numbers up to its slot for tokens without one
-        slots = targets.next_logps.shape[-1] if targets.next_logps is not None else int(first_pieces.max())
+        # of those pieces, and first_pieces numbers its groups up to its slot for tokens without one
+        slots = targets.next_logps.shape[-1] if targets.next_logps is not None else int(
+            max(first_pieces.max(), next_pieces(part).max()))
         grouped = first_piece_probs(logits, first_pieces, slots)
     gate: torch.Tensor | None = None
     judged: dict[str, float] = {}
