@@ -126,6 +126,20 @@ def test_card_of_a_model_extended_twice_names_the_first_base(tmp_path, loopback_
             "(`mean`) → **this model**.") in card.text
 
 
+def test_the_reproduce_commands_of_a_model_extended_twice_start_from_the_first_base(tmp_path):
+    """The commands began with the last extension, from the first one's output folder, which a reader does not have:
+    the earlier extensions' commands (with their training) come first, each writing the folder the next one reads."""
+    first = make_record(source_model="org/base-7b", source_is_folder=False,
+                        cpt=[{"steps": 200, "command": ["vocabshift", "train", "out/base-7b-ru", "ru.txt", "out/t"]}])
+    first_data = {key: value for key, value in first.to_dict().items() if key != "earlier"}
+    record = make_record(source_model="out/t", method="mean", earlier=[first_data])
+    text = vocabshift.model_card(write_folder(tmp_path / "base-7b-ru-uk", record), language="uk", license="mit").text
+    commands = [line for line in text.splitlines() if line.startswith("vocabshift ")]
+    assert commands[:3] == ["vocabshift extend org/base-7b path/to/new-tokenizer out/t \\",
+                            "vocabshift train out/base-7b-ru ru.txt out/t",
+                            "vocabshift extend out/t path/to/new-tokenizer base-7b-ru-uk \\"]
+
+
 def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_hub):
     api = HfApi()
     api.create_repo("org/base-7b")

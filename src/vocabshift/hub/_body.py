@@ -148,13 +148,39 @@ def _extend_lines(record: ExtensionRecord, output: str) -> list[str]:
     if not record.command:
         return [f"# the extend command is not in this record (vocabshift {record.vocabshift_version or '< 0.2'}): "
                 "method, mode and seed are in the table above"]
-    words = [output if word == OUTPUT_PLACEHOLDER else word for word in record.command]
+    return _split_flags(record.command, output)
+
+
+def _split_flags(command: Sequence[str], output: str) -> list[str]:
+    """An extend command as shell words, one flag per line, `output` in place of `OUTPUT_PLACEHOLDER`."""
+    words = [output if word == OUTPUT_PLACEHOLDER else word for word in command]
     lines: list[list[str]] = [[]]
     for word in words:
         if word.startswith("--"):
             lines.append([])
         lines[-1].append(shlex.quote(word))
     return [" \\\n    ".join(" ".join(line) for line in lines)]
+
+
+def _earlier_lines(record: ExtensionRecord) -> list[str]:
+    """The commands of the earlier extensions (oldest first), each with its training and propagation: each writes
+    the folder the next one starts from (its `source_model`), or the adapted folder its propagation read."""
+    lines = []
+    outputs = [entry.get("source_model") for entry in record.earlier[1:]] + [record.source_model]
+    for entry, output in zip(record.earlier, outputs):
+        command, fingerprint = entry.get("command"), entry.get("new_tokenizer_sha256")
+        lep = entry.get("propagation")
+        output = lep[-1].get("adapted") or output if isinstance(lep, list) and lep and isinstance(lep[-1], Mapping) \
+            else output
+        lines += [f"# new tokenizer: fingerprint starts {fingerprint[:16]}…"] if isinstance(fingerprint, str) else []
+        lines += (_split_flags(command, str(output or "path/to/extended-model")) if isinstance(command, list)
+                  and command else [f"# an earlier extension (`{entry.get('method')}`): its command is not in the "
+                                    "record (config.json, vocabshift.earlier)"])
+        for key in ("cpt", "propagation"):
+            steps = entry.get(key) if isinstance(entry.get(key), list) else []
+            lines += [words if isinstance(words, str) else shlex.join(words) for words in
+                      (step.get("command") for step in steps if isinstance(step, Mapping)) if words]
+    return lines
 
 
 def _card_command(output: str, options: dict[str, Any]) -> str:
@@ -176,7 +202,7 @@ def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options:
     adapted = named_repo(last, "adapted")
     extended = adapted.split("/")[-1] if adapted else last.get("adapted") or output  # the folder LEP read
     version = f"=={record.vocabshift_version}" if record.vocabshift_version else ""
-    lines = [f"pip install vocabshift{version}",
+    lines = [f"pip install vocabshift{version}", *_earlier_lines(record),
              f"# new tokenizer: the one whose vocabulary fingerprint (sha256 of its sorted (id, token) pairs, "
              f"vocabshift.vocab.fingerprint) starts {record.new_tokenizer_sha256[:16]}…",
              *_extend_lines(record, extended)]
