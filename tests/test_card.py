@@ -254,6 +254,15 @@ def test_card_of_an_in_memory_model(tokenizers_en, tokenizers_ru):
     assert f"**{len(record.new_ids):,}** new tokens" in card.text
 
 
+def test_card_says_which_new_tokens_are_placeholders(tmp_path):
+    """Rows padded to a multiple get placeholder tokens: the vocabulary grew by 88 while 24 tokens were initialized,
+    and the card said so without saying why."""
+    record = make_record(new_vocab_size=128, new_num_rows=128)
+    text = vocabshift.model_card(write_folder(tmp_path / "m", record), language="ru", license="mit").text
+    assert "| Vocabulary | 40 → 128 tokens (64 of them unused placeholders for padding rows) |" in text
+    assert "| New tokens initialized | 24 (ids 40–63) |" in text
+
+
 def test_card_of_an_unregistered_method_keeps_its_name_and_options(tmp_path):
     record = make_record(method="plugin_method", method_config={"alpha": 0.5}, method_options={"alpha": 0.5})
     card = vocabshift.model_card(write_folder(tmp_path / "m", record), language="ru", license="mit")

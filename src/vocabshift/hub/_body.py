@@ -85,13 +85,19 @@ def _ranges(record: ExtensionRecord) -> str:
     return ", ".join(f"{a}" if b == a + 1 else f"{a}–{b - 1}" for a, b in record.new_token_ranges)
 
 
+def _placeholders(record: ExtensionRecord) -> str:
+    """How many of an extension's new tokens are placeholders that only name padding rows (`vocab.placeholders`)."""
+    count = record.new_vocab_size - record.old_vocab_size - len(record.new_ids)
+    return f" ({count:,} of them unused placeholders for padding rows)" if record.mode == "extend" and count > 0 else ""
+
+
 def _facts(record: ExtensionRecord, method: dict[str, Any]) -> Table:
     name = method["pretty_name"]
     rows = [["Method", f"[{name}]({method['paper_url']}) (`{method['name']}`)" if method["paper_url"]
              else f"{name} (`{method['name']}`)"],
             ["Mode", "extend: old tokens keep their ids and rows, new tokens are appended" if record.mode == "extend"
              else "replace: the new tokenizer is the vocabulary; rows of tokens it shares with the old one are copied"],
-            ["Vocabulary", f"{record.old_vocab_size:,} → {record.new_vocab_size:,} tokens"],
+            ["Vocabulary", f"{record.old_vocab_size:,} → {record.new_vocab_size:,} tokens{_placeholders(record)}"],
             ["Embedding rows", f"{record.old_num_rows:,} → {record.new_num_rows:,}"],
             ["New tokens initialized", f"{len(record.new_ids):,} (ids {_ranges(record)})"],
             ["Output head", "tied to the input embeddings" if record.tied else "untied (initialized separately)"],
