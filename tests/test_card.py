@@ -17,7 +17,7 @@ from vocabshift.errors import ModelFolderError, RecordError
 from vocabshift.extension_record import extend_command
 from vocabshift.hub.card import is_unedited_card
 from vocabshift.packing import pack_ids
-from vocabshift.record import ExtensionRecord, find_record
+from vocabshift.record import ExtensionRecord, add_cpt_entry, find_record
 from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -221,6 +221,23 @@ def test_card_tells_what_each_evaluation_measured(tmp_path):
                         "steps):",
                         "Measured on this model, after the embedding-only continued pretraining below (80 steps):"]
     assert text.count("| adapted | 2.10 | 1.290 |") == 4  # a record before 0.2: the table without a caption
+
+
+def test_the_reproduce_commands_train_after_the_propagation_they_follow(tmp_path):
+    """A CPT run on the model LEP made was listed before the propagate command that writes that model; each run now
+    notes the propagations before it (`add_cpt_entry`), and a run of a record before 0.2 still comes first."""
+    propagate = ["vocabshift", "propagate", "out/ru", "org/base", "org/instruct", "out/lep"]
+    lineage = {"base": "org/base", "adapted": "out/ru", "instruct": "org/instruct", "method": "conversion",
+               "command": propagate}
+    config = {"vocabshift": make_record(propagation=[lineage]).to_dict()}
+    config["vocabshift"]["cpt"] = [{"steps": 50, "command": ["vocabshift", "train", "out/ru", "ru.txt", "out/ru2"]}]
+    add_cpt_entry(config, {"steps": 20, "command": ["vocabshift", "train", "out/lep", "ru.txt", "out/lep2"]})
+    assert config["vocabshift"]["cpt"][1]["propagations"] == 1
+    folder = write_folder(tmp_path / "lep2", find_record(config))
+    text = vocabshift.model_card(folder, language="ru", license="mit").text
+    commands = [line for line in text.splitlines() if line.startswith(("vocabshift train", "vocabshift propagate"))]
+    assert commands == ["vocabshift train out/ru ru.txt out/ru2", " ".join(propagate),
+                        "vocabshift train out/lep ru.txt out/lep2"]
 
 
 def test_commands_of_earlier_records_read_as_words(tmp_path):

@@ -177,15 +177,13 @@ def _earlier_lines(record: ExtensionRecord) -> list[str]:
         command, fingerprint = entry.get("command"), entry.get("new_tokenizer_sha256")
         lep = entry.get("propagation")
         output = lep[-1].get("adapted") or output if isinstance(lep, list) and lep and isinstance(lep[-1], Mapping) \
-            else output
+            else output  # the folder LEP read
         lines += [f"# new tokenizer: fingerprint starts {fingerprint[:16]}…"] if isinstance(fingerprint, str) else []
         lines += (_split_flags(command, str(output or "path/to/extended-model")) if isinstance(command, list)
                   and command else [f"# an earlier extension (`{entry.get('method')}`): its command is not in the "
                                     "record (config.json, vocabshift.earlier)"])
-        for key in ("cpt", "propagation"):
-            steps = entry.get(key) if isinstance(entry.get(key), list) else []
-            lines += [words if isinstance(words, str) else shlex.join(words) for words in
-                      (step.get("command") for step in steps if isinstance(step, Mapping)) if words]
+        cpt, lep = (entry.get(key) if isinstance(entry.get(key), list) else [] for key in ("cpt", "propagation"))
+        lines += _history_lines(cpt, lep, "see config.json, vocabshift.earlier")
     return lines
 
 
@@ -212,11 +210,27 @@ def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options:
              f"# new tokenizer: the one whose vocabulary fingerprint (sha256 of its sorted (id, token) pairs, "
              f"vocabshift.vocab.fingerprint) starts {record.new_tokenizer_sha256[:16]}…",
              *_extend_lines(record, extended)]
-    steps = (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation))
-    for step, entries in steps:
-        commands = [shlex.join(entry["command"]) for entry in entries if entry.get("command")]
-        lines += commands or ([f"# then {step}: see the table above"] if entries else [])
+    lines += _history_lines(record.cpt, record.propagation, "see the table above")
     return lines + [_card_command(output, card_options), f"vocabshift push {_path_word(output)} {shlex.quote(repo_id)}"]
+
+
+def _history_lines(cpt: list[Any], propagation: list[Any], where: str) -> list[str]:
+    """The train and propagate commands in the order they ran: a CPT run after the propagations it counts (a run
+    before 0.2 counts none), else `# then ...: {where}` for steps without one."""
+    lines = []
+    for index in range(len(propagation) + 1):
+        runs = [run for run in cpt if isinstance(run, Mapping) and min(_count(run.get("propagations")),
+                                                                         len(propagation)) == index]
+        for step, entries in (("embedding-only continued pretraining", runs),
+                              ("LEP propagation", propagation[index : index + 1])):
+            commands = [words if isinstance(words, str) else shlex.join(words) for words in
+                        (entry.get("command") for entry in entries if isinstance(entry, Mapping)) if words]
+            lines += commands or ([f"# then {step}: {where}"] if entries else [])
+    return lines
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _shell_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
