@@ -17,7 +17,7 @@ from vocabshift.errors import ModelFolderError, RecordError
 from vocabshift.extension_record import extend_command
 from vocabshift.hub.card import is_unedited_card
 from vocabshift.packing import pack_ids
-from vocabshift.record import ExtensionRecord, find_record
+from vocabshift.record import ExtensionRecord, add_cpt_entry, find_record
 from vocabshift.training.evaluation import Evaluation, ModelScores
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -126,6 +126,20 @@ def test_card_of_a_model_extended_twice_names_the_first_base(tmp_path, loopback_
             "(`mean`) → **this model**.") in card.text
 
 
+def test_the_reproduce_commands_of_a_model_extended_twice_start_from_the_first_base(tmp_path):
+    """The commands began with the last extension, from the first one's output folder, which a reader does not have:
+    the earlier extensions' commands (with their training) come first, each writing the folder the next one reads."""
+    first = make_record(source_model="org/base-7b", source_is_folder=False,
+                        cpt=[{"steps": 200, "command": ["vocabshift", "train", "out/base-7b-ru", "ru.txt", "out/t"]}])
+    first_data = {key: value for key, value in first.to_dict().items() if key != "earlier"}
+    record = make_record(source_model="out/t", method="mean", earlier=[first_data])
+    text = vocabshift.model_card(write_folder(tmp_path / "base-7b-ru-uk", record), language="uk", license="mit").text
+    commands = [line for line in text.splitlines() if line.startswith("vocabshift ")]
+    assert commands[:3] == ["vocabshift extend org/base-7b path/to/new-tokenizer out/t \\",
+                            "vocabshift train out/base-7b-ru ru.txt out/t",
+                            "vocabshift extend out/t path/to/new-tokenizer base-7b-ru-uk \\"]
+
+
 def test_card_with_history_reads_the_base_card_from_the_hub(tmp_path, loopback_hub):
     api = HfApi()
     api.create_repo("org/base-7b")
@@ -209,6 +223,23 @@ def test_card_tells_what_each_evaluation_measured(tmp_path):
     assert text.count("| adapted | 2.10 | 1.290 |") == 4  # a record before 0.2: the table without a caption
 
 
+def test_the_reproduce_commands_train_after_the_propagation_they_follow(tmp_path):
+    """A CPT run on the model LEP made was listed before the propagate command that writes that model; each run now
+    notes the propagations before it (`add_cpt_entry`), and a run of a record before 0.2 still comes first."""
+    propagate = ["vocabshift", "propagate", "out/ru", "org/base", "org/instruct", "out/lep"]
+    lineage = {"base": "org/base", "adapted": "out/ru", "instruct": "org/instruct", "method": "conversion",
+               "command": propagate}
+    config = {"vocabshift": make_record(propagation=[lineage]).to_dict()}
+    config["vocabshift"]["cpt"] = [{"steps": 50, "command": ["vocabshift", "train", "out/ru", "ru.txt", "out/ru2"]}]
+    add_cpt_entry(config, {"steps": 20, "command": ["vocabshift", "train", "out/lep", "ru.txt", "out/lep2"]})
+    assert config["vocabshift"]["cpt"][1]["propagations"] == 1
+    folder = write_folder(tmp_path / "lep2", find_record(config))
+    text = vocabshift.model_card(folder, language="ru", license="mit").text
+    commands = [line for line in text.splitlines() if line.startswith(("vocabshift train", "vocabshift propagate"))]
+    assert commands == ["vocabshift train out/ru ru.txt out/ru2", " ".join(propagate),
+                        "vocabshift train out/lep ru.txt out/lep2"]
+
+
 def test_commands_of_earlier_records_read_as_words(tmp_path):
     """Earlier versions kept propagation's command as one shell string: it reads as its words, as every command is
     kept now, and the card shows the same line."""
@@ -238,6 +269,15 @@ def test_card_of_an_in_memory_model(tokenizers_en, tokenizers_ru):
     assert "untied (initialized separately)" in card.text
     record = vocabshift.get_record(model)
     assert f"**{len(record.new_ids):,}** new tokens" in card.text
+
+
+def test_card_says_which_new_tokens_are_placeholders(tmp_path):
+    """Rows padded to a multiple get placeholder tokens: the vocabulary grew by 88 while 24 tokens were initialized,
+    and the card said so without saying why."""
+    record = make_record(new_vocab_size=128, new_num_rows=128)
+    text = vocabshift.model_card(write_folder(tmp_path / "m", record), language="ru", license="mit").text
+    assert "| Vocabulary | 40 → 128 tokens (64 of them unused placeholders for padding rows) |" in text
+    assert "| New tokens initialized | 24 (ids 40–63) |" in text
 
 
 def test_card_of_an_unregistered_method_keeps_its_name_and_options(tmp_path):

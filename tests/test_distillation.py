@@ -182,7 +182,7 @@ def test_the_callback_is_the_one_writer_of_the_record_entry(tokenizers_en, token
     add_cpt_entry(model, {"steps": 7, "objective": {"name": "next_token"}})
     DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
                         processing_class=tokenizer, teacher_tokenizer=source, teacher_model=original).train()
-    assert vocabshift.get_record(model).cpt == [{"steps": 7, "objective": {"name": "next_token"}}]
+    assert vocabshift.get_record(model).cpt == [{"steps": 7, "objective": {"name": "next_token"}, "propagations": 0}]
 
 
 def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -144,6 +145,24 @@ def test_push_refuses_pickles_and_incomplete_folders_before_any_request(extended
     with pytest.raises(ModelFolderError, match="is not a folder"):
         vocabshift.push_to_hub(tmp_path / "missing", REPO)
     assert loopback_hub.requests == []
+
+
+def test_push_refuses_a_card_generated_before_the_record_changed(extended, tmp_path, loopback_hub):
+    """`vocabshift evaluate --add-to-record` rewrites config.json in place: the README.md `vocabshift card` wrote
+    before was published as it was, without the evaluation (it still read as an unedited generated card)."""
+    model, tokenizer = extended
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "tiny-ru")
+    vocabshift.model_card(folder, language="ru", license="mit").save(folder / "README.md")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["vocabshift"]["evaluations"] = [{"scores": [], "num_texts": 2, "num_bytes": 10, "cpt_runs": 0,
+                                            "propagations": 0}]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ModelFolderError, match="generated from an earlier state of the record"):
+        vocabshift.push_to_hub(folder, REPO)
+    assert loopback_hub.requests == []
+    vocabshift.model_card(folder, language="ru", license="mit").save(folder / "README.md")
+    vocabshift.push_to_hub(folder, REPO)
+    assert "## Evaluation" in loopback_hub.files(REPO)["README.md"].decode()
 
 
 def test_push_validates_every_shard_and_the_index_before_any_request(extended, tmp_path, loopback_hub):

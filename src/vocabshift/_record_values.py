@@ -105,7 +105,7 @@ _INNER: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
         **dict.fromkeys(("target_tokens_per_word_before", "target_tokens_per_word_after", "source_lines_changed"),
                         (_optional(_number), "a number or null")),
     },
-    "cpt": {"command": _COMMAND},
+    "cpt": {"command": _COMMAND, "propagations": _COUNT},
     "evaluations": {"cpt_runs": _COUNT, "propagations": _COUNT},
     "propagation": {"command": _COMMAND, "method": _NAME,
                     **{f"{role}{suffix}": _NAME for role in ("base", "adapted", "instruct")

@@ -81,7 +81,8 @@ class ExtensionRecord:
             from Python, its equivalent with `OUTPUT_DIR` for the output folder. Empty in records before 0.2.
         cpt / propagation (`list[dict]`): later steps (embedding-only training, LEP) append here; an entry's
             `command`, where a command ran, is its words as `command` is (earlier records kept propagation's as one
-            shell string: it is read as its words).
+            shell string: it is read as its words). A `cpt` entry's `propagations` is how many `propagation` entries
+            the record held when it ran (absent in records before 0.2: those runs came before any propagation).
         evaluations (`list[dict]`): held-out evaluations (`vocabshift.evaluate(...).add_to_record(model)`), each
             with `cpt_runs` and `propagations`: how many `cpt` and `propagation` entries the record held when it was
             measured (absent in records before 0.2).
@@ -264,7 +265,8 @@ def _history(model: Any, key: str) -> list[dict[str, Any]] | None:
 
 
 def add_cpt_entry(model: Any, entry: Mapping[str, Any]) -> bool:
-    """Append one embedding-only training run to the record's `cpt` history.
+    """Append one embedding-only training run to the record's `cpt` history, with how many `propagation` steps the
+    record held then (`propagations`: a run on a model that LEP made comes after them, as the card tells).
 
     Returns:
         False (and does nothing) if the model carries no record.
@@ -272,7 +274,8 @@ def add_cpt_entry(model: Any, entry: Mapping[str, Any]) -> bool:
     history = _history(model, "cpt")
     if history is None:
         return False
-    history.append(dict(entry))
+    lep = _data(model).get("propagation")
+    history.append({**entry, "propagations": len(lep) if isinstance(lep, list) else 0})
     return True
 
 

@@ -85,13 +85,19 @@ def _ranges(record: ExtensionRecord) -> str:
     return ", ".join(f"{a}" if b == a + 1 else f"{a}–{b - 1}" for a, b in record.new_token_ranges)
 
 
+def _placeholders(record: ExtensionRecord) -> str:
+    """How many of an extension's new tokens are placeholders that only name padding rows (`vocab.placeholders`)."""
+    count = record.new_vocab_size - record.old_vocab_size - len(record.new_ids)
+    return f" ({count:,} of them unused placeholders for padding rows)" if record.mode == "extend" and count > 0 else ""
+
+
 def _facts(record: ExtensionRecord, method: dict[str, Any]) -> Table:
     name = method["pretty_name"]
     rows = [["Method", f"[{name}]({method['paper_url']}) (`{method['name']}`)" if method["paper_url"]
              else f"{name} (`{method['name']}`)"],
             ["Mode", "extend: old tokens keep their ids and rows, new tokens are appended" if record.mode == "extend"
              else "replace: the new tokenizer is the vocabulary; rows of tokens it shares with the old one are copied"],
-            ["Vocabulary", f"{record.old_vocab_size:,} → {record.new_vocab_size:,} tokens"],
+            ["Vocabulary", f"{record.old_vocab_size:,} → {record.new_vocab_size:,} tokens{_placeholders(record)}"],
             ["Embedding rows", f"{record.old_num_rows:,} → {record.new_num_rows:,}"],
             ["New tokens initialized", f"{len(record.new_ids):,} (ids {_ranges(record)})"],
             ["Output head", "tied to the input embeddings" if record.tied else "untied (initialized separately)"],
@@ -148,13 +154,37 @@ def _extend_lines(record: ExtensionRecord, output: str) -> list[str]:
     if not record.command:
         return [f"# the extend command is not in this record (vocabshift {record.vocabshift_version or '< 0.2'}): "
                 "method, mode and seed are in the table above"]
-    words = [output if word == OUTPUT_PLACEHOLDER else word for word in record.command]
+    return _split_flags(record.command, output)
+
+
+def _split_flags(command: Sequence[str], output: str) -> list[str]:
+    """An extend command as shell words, one flag per line, `output` in place of `OUTPUT_PLACEHOLDER`."""
+    words = [output if word == OUTPUT_PLACEHOLDER else word for word in command]
     lines: list[list[str]] = [[]]
     for word in words:
         if word.startswith("--"):
             lines.append([])
         lines[-1].append(shlex.quote(word))
     return [" \\\n    ".join(" ".join(line) for line in lines)]
+
+
+def _earlier_lines(record: ExtensionRecord) -> list[str]:
+    """The commands of the earlier extensions (oldest first), each with its training and propagation: each writes
+    the folder the next one starts from (its `source_model`), or the adapted folder its propagation read."""
+    lines = []
+    outputs = [entry.get("source_model") for entry in record.earlier[1:]] + [record.source_model]
+    for entry, output in zip(record.earlier, outputs):
+        command, fingerprint = entry.get("command"), entry.get("new_tokenizer_sha256")
+        lep = entry.get("propagation")
+        output = lep[-1].get("adapted") or output if isinstance(lep, list) and lep and isinstance(lep[-1], Mapping) \
+            else output  # the folder LEP read
+        lines += [f"# new tokenizer: fingerprint starts {fingerprint[:16]}…"] if isinstance(fingerprint, str) else []
+        lines += (_split_flags(command, str(output or "path/to/extended-model")) if isinstance(command, list)
+                  and command else [f"# an earlier extension (`{entry.get('method')}`): its command is not in the "
+                                    "record (config.json, vocabshift.earlier)"])
+        cpt, lep = (entry.get(key) if isinstance(entry.get(key), list) else [] for key in ("cpt", "propagation"))
+        lines += _history_lines(cpt, lep, "see config.json, vocabshift.earlier")
+    return lines
 
 
 def _card_command(output: str, options: dict[str, Any]) -> str:
@@ -176,15 +206,31 @@ def _reproduce(record: ExtensionRecord, output: str, repo_id: str, card_options:
     adapted = named_repo(last, "adapted")
     extended = adapted.split("/")[-1] if adapted else last.get("adapted") or output  # the folder LEP read
     version = f"=={record.vocabshift_version}" if record.vocabshift_version else ""
-    lines = [f"pip install vocabshift{version}",
+    lines = [f"pip install vocabshift{version}", *_earlier_lines(record),
              f"# new tokenizer: the one whose vocabulary fingerprint (sha256 of its sorted (id, token) pairs, "
              f"vocabshift.vocab.fingerprint) starts {record.new_tokenizer_sha256[:16]}…",
              *_extend_lines(record, extended)]
-    steps = (("embedding-only continued pretraining", record.cpt), ("LEP propagation", record.propagation))
-    for step, entries in steps:
-        commands = [shlex.join(entry["command"]) for entry in entries if entry.get("command")]
-        lines += commands or ([f"# then {step}: see the table above"] if entries else [])
+    lines += _history_lines(record.cpt, record.propagation, "see the table above")
     return lines + [_card_command(output, card_options), f"vocabshift push {_path_word(output)} {shlex.quote(repo_id)}"]
+
+
+def _history_lines(cpt: list[Any], propagation: list[Any], where: str) -> list[str]:
+    """The train and propagate commands in the order they ran: a CPT run after the propagations it counts (a run
+    before 0.2 counts none), else `# then ...: {where}` for steps without one."""
+    lines = []
+    for index in range(len(propagation) + 1):
+        runs = [run for run in cpt if isinstance(run, Mapping) and min(_count(run.get("propagations")),
+                                                                         len(propagation)) == index]
+        for step, entries in (("embedding-only continued pretraining", runs),
+                              ("LEP propagation", propagation[index : index + 1])):
+            commands = [words if isinstance(words, str) else shlex.join(words) for words in
+                        (entry.get("command") for entry in entries if isinstance(entry, Mapping)) if words]
+            lines += commands or ([f"# then {step}: {where}"] if entries else [])
+    return lines
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _shell_commands(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

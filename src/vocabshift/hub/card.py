@@ -23,13 +23,14 @@ from ..headers import read_config
 from ..record import ExtensionRecord, require_record
 from ._body import body, named_repo
 
-__all__ = ["is_unedited_card", "model_card"]
+__all__ = ["is_unedited_card", "model_card", "stale_card"]
 
 logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_cards" / "template.md"
 _SIGNED = "add what only you know."  # the end of the template's first comment, where the digest goes
 _DIGEST = re.compile(r" vocabshift-sha256:([0-9a-f]{64})")
+_RECORD_DIGEST = re.compile(r" vocabshift-record-sha256:([0-9a-f]{64})")  # of the record the card was made from
 _PIPELINES = (("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"), ("ForMaskedLM", "fill-mask"))
 
 
@@ -88,8 +89,20 @@ def model_card(
                      base_model=base, pipeline_tag=data.pipeline_tag, plots=plots,
                      transformers_version=config.get("transformers_version"), card_options=options)
     card = ModelCard(_render(data, variables))
+    card.text = card.text.replace(_SIGNED, f"{_SIGNED} vocabshift-record-sha256:{_record_digest(record)}", 1)
     card.text = card.text.replace(_SIGNED, f"{_SIGNED} vocabshift-sha256:{_digest(card)}", 1)
     return card
+
+
+def stale_card(text: str, record: ExtensionRecord) -> bool:
+    """Whether `text` is a card `model_card` generated, unedited, from another state of `record` (a step added to
+    the record since: an evaluation, a training run). Cards of versions that noted no record digest are not."""
+    found = _RECORD_DIGEST.search(text)
+    return found is not None and found.group(1) != _record_digest(record) and is_unedited_card(text)
+
+
+def _record_digest(record: ExtensionRecord) -> str:
+    return hashlib.sha256(json.dumps(record.to_dict(), sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def is_unedited_card(text: str) -> bool:

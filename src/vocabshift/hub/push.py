@@ -15,10 +15,11 @@ from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, OutputExistsError, UnsafeWeightsError
 from ..headers import adapter_fix, check_folder_files, read_config
 from ..inspection import inspect_folder
+from ..record import find_record
 from ..serving import SENTENCEPIECE_PROBLEM
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
 from ..vocab.spm_file import sentencepiece_mismatch
-from .card import is_unedited_card, model_card
+from .card import is_unedited_card, model_card, stale_card
 
 __all__ = ["check_revision", "push_to_hub"]
 
@@ -72,7 +73,8 @@ def push_to_hub(
         `UnsafeWeightsError`: the folder holds pickle files (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`).
         `ShardError`: a safetensors file is truncated or corrupted, or an index names a missing shard.
         `ModelFolderError`: a problem `inspect_folder` reports (e.g. no embedding matrix, rows that do not match
-            config.json or the tokenizer, special token ids beyond the rows).
+            config.json or the tokenizer, special token ids beyond the rows), or a `README.md` that vocabshift
+            generated from an earlier state of the record (a step added since would not be published).
         `RecordError`: no `README.md` and no vocabshift record to generate one from.
         `OutputExistsError` (after the repo is looked up): no `README.md`, and the repo has one that vocabshift did
             not generate or that was edited since (each generated card carries a digest of its text).
@@ -91,6 +93,7 @@ def push_to_hub(
     _check_folder(folder, files)
     check_folder_files(folder, files)
     _check_consistent(folder, files)
+    _check_card_current(folder, files)
     card = None if "README.md" in files else str(model_card(folder, repo_id=repo_id)).encode("utf-8")
     if token is None:
         _check_stored_token()
@@ -126,6 +129,18 @@ def _check_card_replaceable(api: HfApi, repo_id: str, commit: str | None, folder
             "Put the card you want into the folder as README.md (download the repo's and bring it up to date, or "
             f"write a new one with `vocabshift card {folder}` and add your edits), then push again."
         )
+
+
+def _check_card_current(folder: Path, files: list[str]) -> None:
+    """Refuse a README.md that vocabshift generated from an earlier state of the record (`vocabshift evaluate
+    --add-to-record` rewrites config.json in place): published, it would leave out what was added since."""
+    record = find_record(read_config(folder)) if "README.md" in files else None
+    if record is not None and stale_card((folder / "README.md").read_text(encoding="utf-8", errors="replace"),
+                                         record):
+        raise ModelFolderError(f"{str(folder / 'README.md')!r} was generated from an earlier state of the record in "
+                               "config.json (a step was added since, e.g. an evaluation) and would publish without "
+                               f"it: generate it again (`vocabshift card {folder}` with the options you gave, or "
+                               "vocabshift.model_card), or delete it to have push generate one, then push again.")
 
 
 def _operations(folder: Path, files: list[str], card: bytes | None,
