@@ -174,17 +174,23 @@ def _earlier_lines(record: ExtensionRecord) -> list[str]:
     lines = []
     outputs = [entry.get("source_model") for entry in record.earlier[1:]] + [record.source_model]
     for entry, output in zip(record.earlier, outputs):
+        cpt, lep = _entries(entry, "cpt"), _entries(entry, "propagation")
+        if lep and isinstance(lep[-1], Mapping) and lep[-1].get("adapted"):
+            output = lep[-1]["adapted"]  # the folder LEP read
         command, fingerprint = entry.get("command"), entry.get("new_tokenizer_sha256")
-        lep = entry.get("propagation")
-        output = lep[-1].get("adapted") or output if isinstance(lep, list) and lep and isinstance(lep[-1], Mapping) \
-            else output  # the folder LEP read
-        lines += [f"# new tokenizer: fingerprint starts {fingerprint[:16]}…"] if isinstance(fingerprint, str) else []
+        if isinstance(fingerprint, str):
+            lines.append(f"# new tokenizer: fingerprint starts {fingerprint[:16]}…")
         lines += (_split_flags(command, str(output or "path/to/extended-model")) if isinstance(command, list)
                   and command else [f"# an earlier extension (`{entry.get('method')}`): its command is not in the "
                                     "record (config.json, vocabshift.earlier)"])
-        cpt, lep = (entry.get(key) if isinstance(entry.get(key), list) else [] for key in ("cpt", "propagation"))
         lines += _history_lines(cpt, lep, "see config.json, vocabshift.earlier")
     return lines
+
+
+def _entries(entry: Mapping[str, Any], key: str) -> list[Any]:
+    """An earlier extension's `cpt` or `propagation` history (empty where the record holds none)."""
+    value = entry.get(key)
+    return value if isinstance(value, list) else []
 
 
 def _card_command(output: str, options: dict[str, Any]) -> str:
