@@ -186,7 +186,8 @@ def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru,
     second = model.extend_vocabulary(more, source_tokenizer=first)
     record = vocabshift.get_record(model)
     assert len(second) > len(first) and record.old_vocab_size == len(first)
-    assert record.earlier == [earlier] and record.earlier[0]["cpt"] == [{"rows": "new", "steps": 3}]  # kept
+    assert record.earlier == [earlier]  # kept, with the run's entry as add_cpt_entry made it
+    assert record.earlier[0]["cpt"] == [{"rows": "new", "steps": 3, "propagations": 0}]
     assert record.cpt == [] and record.original_source_model == earlier["source_model"]
     again = model.extend_vocabulary(vocabshift.train_tokenizer(ru_lines, like=second, vocab_size=2000),
                                     source_tokenizer=second)
