@@ -120,13 +120,6 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
         raise ModelFolderError(f"{str(folder)!r} is a file: pass a folder path for the output.")
     if not target.is_dir() or not any(target.iterdir()):
         return target
-    locked = next((path for path in (target, *target.rglob("*")) if path.is_dir() and not os.access(path, os.W_OK)),
-                  None)
-    if locked is not None:  # the swap would succeed, and deleting the previous output fail
-        raise ModelFolderError(
-            f"{str(folder)!r} is write-protected (this user may not write in {str(locked)!r}), and vocabshift replaces "
-            "output folders as a whole. Make it writable (chmod -R u+w) to replace it, or pass another folder."
-        )
     if holds == "model" and not (target / "config.json").is_file():
         raise ModelFolderError(
             f"{str(folder)!r} is a non-empty folder that holds no saved model (no config.json); vocabshift replaces "
@@ -139,6 +132,14 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
             f"{str(folder)!r} holds {', '.join(map(repr, others[:3]))}{more}, which a saved {holds} does not have: "
             "vocabshift replaces output folders as a whole and would delete them. Pass a new or empty folder, or move "
             "them out of this one."
+        )
+    # walked last, over a saved model's few files only (not over a project refused above)
+    locked = next((path for path in (target, *target.rglob("*")) if path.is_dir() and not os.access(path, os.W_OK)),
+                  None)
+    if locked is not None:  # the swap would succeed, and deleting the previous output fail
+        raise ModelFolderError(
+            f"{str(folder)!r} is write-protected (this user may not write in {str(locked)!r}), and vocabshift replaces "
+            "output folders as a whole. Make it writable (chmod -R u+w) to replace it, or pass another folder."
         )
     return target
 
