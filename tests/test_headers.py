@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from vocabshift.errors import ShardError
-from vocabshift.headers import check_folder_files, read_header, read_index
+from vocabshift.headers import read_header
+from vocabshift.shard_index import check_folder_files, read_index
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ PACKAGE = ROOT / "src" / "vocabshift"
 # Stages in the order data flows; a module of a stage may import its own stage and the ones before it.
 STAGES = [
     ("vocabshift._version", "vocabshift._typing", "vocabshift.errors", "vocabshift._disk", "vocabshift.arguments",
-     "vocabshift.atomic", "vocabshift.corpus", "vocabshift.headers", "vocabshift._record_values", "vocabshift.packing",
-     "vocabshift.record", "vocabshift.registry"),
+     "vocabshift.atomic", "vocabshift.corpus", "vocabshift.headers", "vocabshift.shard_index",
+     "vocabshift._record_values", "vocabshift.packing", "vocabshift.record", "vocabshift.registry"),
     ("vocabshift.vocab", "vocabshift.save"),  # save writes a tokenizer.model in step (vocab.spm_file)
     ("vocabshift._vector_files", "vocabshift.wordvectors", "vocabshift.word_vector_training", "vocabshift.embeddings"),
     ("vocabshift.methods",),
@@ -29,8 +29,8 @@ STAGES = [
     ("vocabshift.training",),
     ("vocabshift.propagation", "vocabshift.export", "vocabshift.serving", "vocabshift.inspection"),
     ("vocabshift.hub",),
-    ("vocabshift.cli_common", "vocabshift.cli_types", "vocabshift.cli_train", "vocabshift.cli_publish",
-     "vocabshift.cli", "vocabshift.__main__", "vocabshift"),
+    ("vocabshift.cli_common", "vocabshift.cli_types", "vocabshift.cli_train", "vocabshift.cli_evaluate",
+     "vocabshift.cli_publish", "vocabshift.cli", "vocabshift.__main__", "vocabshift"),
 ]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HTTPError, RepositoryNotFoundError
 
-from . import cli_publish, cli_train  # noqa: F401  (register their subcommands)
+from . import cli_evaluate, cli_publish, cli_train  # noqa: F401  (register their subcommands)
 from ._version import __version__
 from .assemble import ROW_MULTIPLE
 from .atomic import atomic_folder

@@ -19,7 +19,8 @@ from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_repo_id, offline_miss
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
-from .headers import CONFIG_ERRORS, adapter_fix, check_folder_files, folder_files, read_config
+from .headers import CONFIG_ERRORS, adapter_fix, read_config
+from .shard_index import check_folder_files, folder_files
 from .vocab.load import load_tokenizer
 
 __all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "load_model", "model_tokenizer",

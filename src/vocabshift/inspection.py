@@ -18,9 +18,10 @@ from ._typing import Tokenizer
 from .arguments import check_flag, check_path
 from .embeddings import embedding_names, stored_shape
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
-from .headers import check_weight_map, folder_files, load_config, read_config, read_header, read_weight_map
+from .headers import load_config, read_config, read_header
 from .record import ExtensionRecord, find_record, has_record
 from .serving import check_serving
+from .shard_index import check_weight_map, folder_files, read_weight_map
 from .vocab._splice import merge_pairs
 from .vocab.forms import backend_state
 from .vocab.load import fingerprint, load_tokenizer

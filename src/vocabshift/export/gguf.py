@@ -32,8 +32,9 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import Header, check_folder_files, folder_files, load_config, missing_config, read_config
+from ..headers import Header, load_config, missing_config, read_config
 from ..record import find_record
+from ..shard_index import check_folder_files, folder_files
 from ..vocab.spm_file import sentencepiece_mismatch
 from ._convert import UNKNOWN_PRE_TOKENIZER
 from .llama_cpp import converter_dir

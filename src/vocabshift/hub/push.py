@@ -13,10 +13,11 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ge
 
 from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, OutputExistsError, UnsafeWeightsError
-from ..headers import adapter_fix, check_folder_files, read_config
+from ..headers import adapter_fix, read_config
 from ..inspection import inspect_folder
 from ..record import find_record
 from ..serving import SENTENCEPIECE_PROBLEM
+from ..shard_index import check_folder_files
 from ..vocab.spm_file import FILE as SENTENCEPIECE_FILE
 from ..vocab.spm_file import sentencepiece_mismatch
 from .card import is_unedited_card, model_card, stale_card

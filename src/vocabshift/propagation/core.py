@@ -16,9 +16,10 @@ from .._version import __version__
 from ..arguments import check_apart, check_flag, check_output_path, check_path, check_token
 from ..atomic import atomic_folder
 from ..errors import InvalidArgumentError, OutputExistsError, ShardError, SiblingMismatchError
-from ..headers import Header, check_weight_map, read_header
+from ..headers import Header, read_header
 from ..record import ExtensionRecord, require_record
 from ..save import save_tokenizer
+from ..shard_index import check_weight_map
 from ..vocab.load import load_tokenizer
 from ..vocab.replace import replacement_tokenizer
 from .checks import Model, check_config_rows, check_facts, check_lineage, check_siblings

@@ -25,7 +25,8 @@ from huggingface_hub.utils import validate_repo_id
 from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, PROCESSOR_FILES, TOKENIZER_FILES
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import adapter_fix, load_config, read_config, read_header, read_index
+from ..headers import adapter_fix, load_config, read_config, read_header
+from ..shard_index import read_index
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
 

@@ -12,7 +12,6 @@ leaving out the new tokens that change how given source-language lines are cut.
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import logging
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub.utils import tqdm
-from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from .._disk import scratch_folder
@@ -31,20 +29,17 @@ from .._typing import TokenizerLike
 from ..arguments import check_flag
 from ..corpus import text_lines
 from ..errors import IncompatibleTokenizerError, InvalidArgumentError
-from ._splice import append_unigram, append_wordpiece, built_from, drop_pieces, drop_unreachable, next_id, splice_bpe
+from ._keep import TARGET_LEAN, keep_source
+from ._splice import append_unigram, append_wordpiece, drop_unreachable, next_id, splice_bpe
 from ._splits import add_every_split, has_every_split
 from .forms import Family, TokenForm, backend_state, detect_family, native_bytes, native_string, token_forms
 from .load import load_tokenizer
 from .stats import bound_to_script, changed_share, dominant_script, tokens_per_word
 
-__all__ = ["MergeReport", "merge_tokenizers", "rebuild_tokenizer"]
+__all__ = ["TARGET_LEAN", "MergeReport", "merge_tokenizers", "rebuild_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
-# keep_source_segmentation with target texts keeps a new token that changes source lines when it (with the tokens
-# built from it, which go with it) is at least this many times as frequent, per token, in the target texts as in
-# the source texts (measured: benchmarks/results/languages_*_english.md)
-TARGET_LEAN = 4.0
 # Japanese writes its words in kana and in kanji (HAN): whichever has more letters among a Japanese tokenizer's
 # pieces, the pieces of the other are its own words too (with one script, '言語' or 'ます' was left out)
 _PARTNER_SCRIPTS = {"JAPANESE": "HAN", "HAN": "JAPANESE"}
@@ -146,7 +141,7 @@ def merge_tokenizers(
         else:
             dropped = append_wordpiece(state, natives, wanted)
         progress.update()
-        for_source = _keep_source(state, source_texts or (), first_new_id, target_texts or ()) \
+        for_source = keep_source(state, source_texts or (), first_new_id, target_texts or ()) \
             if keep_source_segmentation else 0
         merged = rebuild_tokenizer(source, state)
         progress.update()
@@ -262,45 +257,3 @@ def _natives(pieces: dict[str, TokenForm], family: Family) -> dict[str, str]:
     """Each new piece written as the old tokenizer's model writes it (pieces it cannot write are left out)."""
     natives = {piece: native_string(form, family) for piece, form in pieces.items()}
     return {piece: native for piece, native in natives.items() if native is not None}
-
-
-def _keep_source(state: dict[str, Any], texts: Sequence[str], first_new_id: int, target: Sequence[str]) -> int:
-    """Drop the new pieces that appear when `texts` is cut by the merged model (with `target` lines: those not
-    `TARGET_LEAN` times as frequent there, counting the pieces built from them), until none does; return how many.
-
-    A source-language line is cut differently exactly when a new piece appears in it (old merges, pieces and
-    entries never produce new ones), so once none appears every line is cut as before.
-    """
-    dropped = 0
-    for _ in tqdm(range(16), desc="Keeping source segmentation", leave=False):
-        backend = Tokenizer.from_str(json.dumps(state))
-        counts, total = _new_piece_counts(backend, texts, first_new_id)
-        used = {str(backend.id_to_token(i)): n for i, n in counts.items()}  # ids exist
-        if target and used:
-            share = _target_share(state, backend, target, first_new_id, used)
-            used = {piece: n for piece, n in used.items() if share[piece] < TARGET_LEAN * n / total}
-        if not used:
-            return dropped
-        dropped += drop_pieces(state, set(used), first_new_id=first_new_id)
-    raise RuntimeError("keep_source_segmentation did not converge in 16 rounds")  # each round drops >= 1 piece
-
-
-def _target_share(state: dict[str, Any], backend: Tokenizer, target: Sequence[str], first_new_id: int,
-                  pieces: dict[str, int]) -> dict[str, float]:
-    """The share of the target's tokens each piece accounts for with the pieces built from it (dropped with it)."""
-    in_target, target_total = _new_piece_counts(backend, target, first_new_id)
-    share = {}
-    for piece, family in built_from(state["model"], pieces, first_new_id=first_new_id).items():
-        ids = [backend.token_to_id(member) for member in family]
-        share[piece] = sum(in_target.get(i, 0) for i in ids if i is not None) / target_total
-    return share
-
-
-def _new_piece_counts(backend: Tokenizer, texts: Sequence[str], first_new_id: int) -> tuple[dict[int, int], int]:
-    """How often each new piece occurs when `texts` is cut, and how many tokens they are cut into in all."""
-    counts: collections.Counter[int] = collections.Counter()
-    total = 0
-    for encoding in backend.encode_batch(list(texts), add_special_tokens=False):
-        total += len(encoding.ids)
-        counts.update(i for i in encoding.ids if i >= first_new_id)
-    return dict(counts), max(total, 1)
