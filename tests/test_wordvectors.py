@@ -92,6 +92,14 @@ def test_word_level_vectors_compose_unseen_words(multilingual_vectors):
     assert multilingual_vectors.token_keys(forms, "bytelevel", "word") == ["при", None, None]
 
 
+def test_a_zero_row_is_no_vector():
+    """A word whose row is zero (a padding word's in a .vec file) has no direction: methods fall back for it, as for
+    a word without a row, instead of ranking every neighbor equal."""
+    vectors = vocabshift.WordVectors(["<pad>", "кот", "пёс"], np.array([[0.0, 0.0], [1.0, 0.5], [0.5, 1.0]]))
+    found = vectors.lookup(["<pad>", "кот", "нет", None])[1]
+    assert found.tolist() == [False, True, False, False]
+
+
 def test_vec_files_load_and_bad_ones_are_refused(tmp_path):
     path = tmp_path / "small.vec"
     path.write_text("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2 0.25\n", encoding="utf-8")

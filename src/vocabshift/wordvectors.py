@@ -96,13 +96,15 @@ class WordVectors:
     def lookup(self, keys: Sequence[str | None], *, compose: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Vectors of `keys` and a boolean mask of those that have one (the others are zero rows).
 
-        A key has a vector when it is in the vocabulary, or, with `compose=True` and a fastText model, when its
+        A key has a vector when its row in the vocabulary is not zero (a zero row, such as a padding word's in a .vec
+        file, has no direction to find neighbors by), or, with `compose=True` and a fastText model, when its
         character n-grams give a non-zero vector (how fastText embeds unseen words).
         """
         index = np.array([-1 if key is None else self._index.get(key, -1) for key in keys], dtype=np.int64)
         found = index >= 0
         out = np.zeros((len(keys), self.dim), dtype=np.float32)
         out[found] = self.vectors[index[found]]
+        found &= out.any(axis=1)
         if compose and self._model is not None:
             for row in np.flatnonzero(~found).tolist():
                 key = keys[row]
