@@ -127,6 +127,20 @@ def test_added_tokens_of_the_new_tokenizer_are_left_out_with_a_warning(tokenizer
     assert "added tokens ['<|ru|>'] are left out" in caplog.text and "then extend with that tokenizer" in caplog.text
 
 
+def test_a_new_tokenizer_that_normalizes_letters_otherwise_is_warned_about(tokenizers_en, ru_lines, caplog):
+    """A tokenizer trained with `normalizers.NFD()` (the tokenizers tutorial's) spells 'й' as 'и' + U+0306; the merged
+    tokenizer keeps the model's NFC, so such pieces are never produced: the warning names both and the fix."""
+    old = tokenizers_en["bytelevel"]
+    new = train_tokenizer(ru_lines, like=old, vocab_size=800)
+    state = json.loads(new.backend_tokenizer.to_str())
+    state["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Lowercase"}]}
+    new = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)))
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        merge_tokenizers(old, new)
+    assert "normalizer decomposes letters and lowercases, the model's tokenizer's changes no letter" in caplog.text
+    assert "like=<the model's tokenizer>" in caplog.text
+
+
 def test_different_model_kinds_are_refused(tokenizers_en, tokenizers_ru):
     with pytest.raises(IncompatibleTokenizerError, match="Cannot extend a BPE tokenizer with the Unigram"):
         merge_tokenizers(tokenizers_en["bytelevel"], tokenizers_ru["unigram"])

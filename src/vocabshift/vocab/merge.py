@@ -122,6 +122,7 @@ def merge_tokenizers(
             f"tokenizer as {kind} (the old one's kind), or use mode='replace'."
         )
     _warn_added_tokens(source, new_state)
+    _warn_letter_changes(state, new_state)
     before = len(source)
     with tqdm(total=4, desc="Merging tokenizers", leave=False) as progress:
         _fill_holes(state)
@@ -165,6 +166,38 @@ def _warn_added_tokens(source: Any, new_state: dict[str, Any]) -> None:
             "model.resize_token_embeddings(len(tokenizer))), then extend with that tokenizer as source_tokenizer.",
             left_out[:10] + (["..."] if len(left_out) > 10 else []),
         )
+
+
+def _warn_letter_changes(state: dict[str, Any], new_state: dict[str, Any]) -> None:
+    """Say when the new tokenizer's normalizer changes letters otherwise than the old one's (decomposes them, as
+    `normalizers.NFD()` does, lowercases or strips accents): its pieces are spelled as text it normalized, and the
+    merged tokenizer normalizes as the old one, so pieces such as NFD's 'e' + U+0301 are rarely or never produced."""
+    old, new = _letter_changes(state.get("normalizer")), _letter_changes(new_state.get("normalizer"))
+    if old != new:
+        logger.warning(
+            "new_tokenizer's normalizer %s, the model's tokenizer's %s: the merged tokenizer keeps the model's, so the "
+            "new pieces spelled otherwise are rarely or never used. Train the new tokenizer with the model's "
+            "normalizer (vocabshift.train_tokenizer(texts, like=<the model's tokenizer>) copies it).",
+            _said(new), _said(old))
+
+
+def _letter_changes(normalizer: Any) -> frozenset[str]:
+    """What a tokenizers normalizer (its JSON) does to letters: decomposes them, lowercases, strips accents."""
+    if not isinstance(normalizer, dict):
+        return frozenset()
+    kind = str(normalizer.get("type"))
+    if kind == "Sequence":
+        return frozenset().union(*map(_letter_changes, normalizer.get("normalizers") or []))
+    if kind == "BertNormalizer":  # strip_accents None follows lowercase; stripping decomposes first
+        lowercase, strip = normalizer.get("lowercase"), normalizer.get("strip_accents")
+        strips = lowercase if strip is None else strip
+        return frozenset(["lowercases"] * bool(lowercase) + ["decomposes letters", "strips accents"] * bool(strips))
+    return frozenset({"NFD": {"decomposes letters"}, "NFKD": {"decomposes letters"}, "Lowercase": {"lowercases"},
+                      "StripAccents": {"strips accents"}}.get(kind, set()))
+
+
+def _said(changes: frozenset[str]) -> str:
+    return " and ".join(sorted(changes)) if changes else "changes no letter"
 
 
 def rebuild_tokenizer(like: Any, state: dict[str, Any]) -> Any:
