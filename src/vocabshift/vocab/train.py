@@ -141,10 +141,13 @@ def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequenc
 
 def _training_pre_tokenizer(old: Any, family: str, like: Any) -> Any:
     """`like`'s pre-tokenizer, a cut before each `▁` where it leaves words whole, and digit isolation where `like`
-    spells numbers digit by digit (first, on the text itself: byte-level characters such as '²' stand for bytes)."""
-    parts: list[Any] = [] if _has_multi_digit_tokens(like) else [pre_tokenizers.Digits(individual_digits=True)]
+    spells numbers digit by digit: first, on the text itself, for byte-level (its characters such as '²' stand for
+    bytes); after it for SentencePiece, whose Metaspace would give each isolated digit a `▁` of its own."""
+    digits = [] if _has_multi_digit_tokens(like) else [pre_tokenizers.Digits(individual_digits=True)]
+    parts: list[Any] = [] if family == "sentencepiece" else digits
     if old.pre_tokenizer is not None:
         parts.append(old.pre_tokenizer)
+    parts += digits if family == "sentencepiece" else []
     if family == "sentencepiece" and not _splits_words(old):
         parts.append(pre_tokenizers.Split(SPIECE, behavior="merged_with_next"))
     return pre_tokenizers.Sequence(parts) if parts else None
