@@ -19,6 +19,11 @@ LINES = ["привет мир", "", "xin chào thế giới", "hello world"]
 TEXT = "\n".join(LINES).encode("utf-8")
 
 
+def _flipped(data: bytes, position: int) -> bytes:
+    """`data` with the byte at `position` inverted: damage in the deflate stream that zlib stops at."""
+    return data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1 :]
+
+
 READABLE = [("a.txt", TEXT), ("a.txt.xz", lzma.compress(TEXT)), ("a.txt.gz", gzip.compress(TEXT, mtime=0)),
             ("a.txt.bz2", bz2.compress(TEXT)), ("gzip-named.txt", gzip.compress(TEXT, mtime=0))]
 # Ids by file name: pytest-xdist workers must collect the same test names.
@@ -26,6 +31,9 @@ UNREAD = [
     ("cut.txt.xz", lzma.compress(TEXT * 50)[:60], "cannot be decompressed \\(EOFError: .*cut short; copy or download"),
     ("cut.txt.gz", gzip.compress(TEXT * 50, mtime=0)[:40], "cannot be decompressed \\(EOFError"),
     ("bad.txt.bz2", b"BZh9" + b"\x00" * 40, "cannot be decompressed \\(OSError"),
+    ("bad.txt.gz", _flipped(gzip.compress(TEXT * 50, mtime=0), 10), "cannot be decompressed \\(error: Error -3"),
+    ("cp1251.txt.gz", gzip.compress("привет".encode("cp1251")), "is not UTF-8 text: line 1 has byte 0xef at byte 1. It "
+     "may be damaged: test it \\(e.g. `gzip -t`.* else convert it first, e.g. `iconv -f cp1251"),
     ("plain.txt.xz", TEXT, "is named .xz but is not xz-compressed: fix the name"),
     ("a.zip", b"PK\x03\x04" + b"\x00" * 30, "is a zip archive: decompress it first"),
     ("a.txt.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 30, "is a zstd archive"),

@@ -11,6 +11,7 @@ import io
 import lzma
 import os
 import sys
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -130,8 +131,8 @@ def _file_lines(path: Path, *, name: str = "corpus", stream: bool = False) -> It
     try:
         with opener(source, "rb") as handle:
             for number, raw in enumerate(handle, 1):
-                yield _decoded(raw, number, path, name)
-    except (lzma.LZMAError, EOFError, OSError) as error:  # gzip's BadGzipFile and bz2's bad data are OSErrors
+                yield _decoded(raw, number, path, name, compressed=opener is not _plain)
+    except (lzma.LZMAError, zlib.error, EOFError, OSError) as error:  # gzip's BadGzipFile, bz2's bad data: OSErrors
         if opener is _plain:
             raise
         raise CorpusError(f"{name}={str(path)!r} cannot be decompressed ({type(error).__name__}: {error}): the file "
@@ -173,13 +174,16 @@ def _opener(head: bytes, path: Path, name: str) -> Callable[..., Any]:
     return next((reader for magic, reader in _READERS.items() if head.startswith(magic)), _plain)
 
 
-def _decoded(raw: bytes, number: int, path: Path, name: str) -> str:
+def _decoded(raw: bytes, number: int, path: Path, name: str, *, compressed: bool) -> str:
+    """Line `number` as text. Damage in a compressed file shows as bad bytes before the checksum that would name it."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
+        fix = ("It may be damaged: test it (e.g. `gzip -t` or `xz -t`) and copy or download it again if so; else "
+               "convert" if compressed else "Convert")
         raise CorpusError(
             f"{name}={str(path)!r} is not UTF-8 text: line {number} has byte 0x{raw[error.start]:02x} at "
-            f"byte {error.start + 1}. Convert it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
+            f"byte {error.start + 1}. {fix} it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
         ) from None
     if "\x00" in line:
         raise CorpusError(
