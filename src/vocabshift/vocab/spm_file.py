@@ -150,8 +150,12 @@ def _file_for(tokenizer: Tokenizer, like: Tokenizer | None) -> tuple[bytes | Non
 
 
 def _vocab_file(tokenizer: Any) -> tuple[SentencePieceModel, bytes] | None:
-    """The SentencePiece model `tokenizer` was loaded with (its `vocab_file`), parsed, and its bytes."""
+    """The SentencePiece model `tokenizer` was loaded with (its `vocab_file`, else the tokenizer.model of the folder
+    it was loaded from: transformers 5's GemmaTokenizer keeps no `vocab_file`), parsed, and its bytes."""
     path = getattr(tokenizer, "vocab_file", None)
+    folder = getattr(tokenizer, "name_or_path", None)
+    if path is None and isinstance(folder, (str, os.PathLike)) and str(folder) and os.path.isdir(folder):
+        path = Path(folder) / FILE
     if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
         return None
     data = Path(path).read_bytes()
