@@ -93,9 +93,13 @@ def test_a_utf8_byte_order_mark_is_not_text(tmp_path):
     assert read_texts(tmp_path / "a.txt") == [line for line in LINES if line]
 
 
-@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
-def test_utf16_text_is_named_with_its_fix(tmp_path, encoding):
-    text = "\n".join(LINES) if encoding == "utf-16" else "\ufeff" + "\n".join(LINES)  # "utf-16" writes its mark
-    (tmp_path / "a.txt").write_bytes(text.encode(encoding))
-    with pytest.raises(CorpusError, match="a.txt' is UTF-16 text .*iconv -f utf-16 -t utf-8"):
+@pytest.mark.parametrize(("encoding", "compress"), [("utf-16", None), ("utf-16-le", None), ("utf-16-be", None),
+                                                    ("utf-32", None), ("utf-32-be", None), ("utf-16", gzip.compress),
+                                                    ("utf-32", lzma.compress)])
+def test_utf16_and_utf32_text_is_named_with_its_fix(tmp_path, encoding, compress):
+    """Also compressed, and UTF-32, whose little-endian mark begins with UTF-16's: iconv -f utf-16 garbled it."""
+    text = "\n".join(LINES) if encoding in ("utf-16", "utf-32") else "\ufeff" + "\n".join(LINES)  # marks written
+    (tmp_path / "a.txt").write_bytes((compress or bytes)(text.encode(encoding)))
+    kind = encoding[:6].upper()
+    with pytest.raises(CorpusError, match=f"a.txt' is {kind} text .*iconv -f {kind.lower()} -t utf-8"):
         read_texts(tmp_path / "a.txt")
