@@ -228,3 +228,20 @@ def test_a_gemma_tokenizer_without_vocab_file_gets_its_folders_file_extended(tmp
     lines = held_out()[:300] + held_out()[-300:]
     assert processor.encode(lines) == AutoTokenizer.from_pretrained(saved)(lines, add_special_tokens=False)["input_ids"]
     assert processor.get_piece_size() > 1200 and sentencepiece_mismatch(saved) is None
+
+
+def test_a_sources_plain_added_tokens_leave_the_file_out(llama_folder, russian, tmp_path, caplog):
+    """A token added to the source (not special) is no piece of its tokenizer.model: appended as a user-defined
+    piece, sentencepiece cut 'Москва, да' unlike tokenizer.json, on lines the check skipped (the source's own two
+    files disagree there)."""
+    from tokenizers import AddedToken
+
+    source = AutoTokenizer.from_pretrained(llama_folder)
+    source.add_tokens([AddedToken("Москва", special=False), AddedToken("да", special=False, lstrip=True)])
+    source.save_pretrained(tmp_path / "source")
+    shutil.copy(llama_folder / "tokenizer.model", tmp_path / "source")
+    with caplog.at_level(logging.WARNING):
+        folder = extend_and_save(tmp_path / "source", russian, tmp_path / "extended")
+    assert "none is written for the new vocabulary: tokenizer.json has added tokens that are not special beyond the " \
+           "source's pieces (e.g. 'Москва')" in caplog.text
+    assert not (folder / "tokenizer.model").exists()

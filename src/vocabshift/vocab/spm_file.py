@@ -202,6 +202,10 @@ def _new_pieces(model: SentencePieceModel, state: dict[str, Any]) -> list[Piece]
     old, last = len(model.pieces), max(tokens)
     if len(tokens) != last + 1:
         raise _LeftOut("tokenizer.json leaves ids without a token")
+    plain = [tokens[i] for i in range(old, last + 1) if added.get(i) is False]
+    if plain:  # the source's, which the check skips: its own file, without them, cuts their text otherwise
+        raise _LeftOut(f"tokenizer.json has added tokens that are not special beyond the source's pieces (e.g. "
+                       f"{plain[0]!r}), which sentencepiece would match as user-defined pieces, unlike tokenizer.json")
     scores = _bpe_scores(model, state, tokens, added) if kind == "BPE" else {
         index: float(score) for index, (_, score) in enumerate(state["model"]["vocab"])}
     pieces = [Piece(tokens[i], 0.0, CONTROL if added[i] else USER_DEFINED) if i in added else
