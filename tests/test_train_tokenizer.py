@@ -165,3 +165,14 @@ def test_llama2_digits_stay_apart_from_the_word_marker(ru_lines):
     new = vocabshift.train_tokenizer(ru_lines[:1500], like=like, vocab_size=1200)
     assert not [token for token in new.get_vocab() if token[:1] == "\u2581" and token[1:2].isdigit()]
     assert new.tokenize("мир 2024")[-5:] == like.tokenize("мир 2024")[-5:] == ["\u2581", "2", "0", "2", "4"]
+
+
+def test_a_wordpiece_that_spells_digits_learns_continuation_digits(en_lines, ru_lines):
+    """Digits isolated while training left no '##0'...'##9': every number of two digits or more became [UNK],
+    where `like` spells it '2', '##0', '##2', '##4'."""
+    from conftest import make_tokenizer
+
+    like = make_tokenizer("wordpiece", en_lines[:1500], 800)
+    assert like.tokenize("2024") == ["2", "##0", "##2", "##4"]
+    new = vocabshift.train_tokenizer(ru_lines, like=like, vocab_size=1200)
+    assert "[UNK]" not in new.tokenize("в 2024 году 15 человек")
