@@ -245,3 +245,22 @@ def test_a_sources_plain_added_tokens_leave_the_file_out(llama_folder, russian, 
     assert "none is written for the new vocabulary: tokenizer.json has added tokens that are not special beyond the " \
            "source's pieces (e.g. 'Москва')" in caplog.text
     assert not (folder / "tokenizer.model").exists()
+
+
+def test_a_folder_with_tokenizer_model_alone_names_protobuf(llama_folder, tmp_path):
+    """Without protobuf transformers reads such a tokenizer.model as tiktoken, and its error asked for tiktoken."""
+    try:
+        import google.protobuf  # noqa: F401
+        pytest.skip("protobuf is installed: transformers converts the file")
+    except ImportError:
+        pass
+    from vocabshift.errors import TokenizerLoadError
+
+    folder = tmp_path / "model-file-only"
+    folder.mkdir()
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        shutil.copy(llama_folder / name, folder)
+    with pytest.raises(TokenizerLoadError, match="holds a SentencePiece tokenizer.model and no tokenizer.json, and "
+                       "transformers converts that file with the protobuf package, which is not installed: pip "
+                       "install protobuf sentencepiece"):
+        vocabshift.train_tokenizer(["привет мир"], like=folder, vocab_size=1000)
