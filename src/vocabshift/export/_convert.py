@@ -45,7 +45,9 @@ def main(argv: list[str]) -> None:
             sys.exit(UNKNOWN_PRE_TOKENIZER)
 
     setattr(owner, _LOOKUP, named_from_original)
-    _score_by_merges(sys.modules["gguf"].LlamaHfVocab)
+    vocab_class = getattr(sys.modules.get("gguf"), "LlamaHfVocab", None)
+    if vocab_class is not None:  # (an older llama.cpp has none)
+        _score_by_merges(vocab_class)
     sys.argv = [str(Path(converter_dir) / "convert_hf_to_gguf.py"), *arguments]
     convert_hf_to_gguf.main()
 
