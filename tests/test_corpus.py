@@ -19,6 +19,11 @@ LINES = ["привет мир", "", "xin chào thế giới", "hello world"]
 TEXT = "\n".join(LINES).encode("utf-8")
 
 
+def _flipped(data: bytes, position: int) -> bytes:
+    """`data` with the byte at `position` inverted: damage in the deflate stream that zlib stops at."""
+    return data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1 :]
+
+
 READABLE = [("a.txt", TEXT), ("a.txt.xz", lzma.compress(TEXT)), ("a.txt.gz", gzip.compress(TEXT, mtime=0)),
             ("a.txt.bz2", bz2.compress(TEXT)), ("gzip-named.txt", gzip.compress(TEXT, mtime=0))]
 # Ids by file name: pytest-xdist workers must collect the same test names.
@@ -26,6 +31,9 @@ UNREAD = [
     ("cut.txt.xz", lzma.compress(TEXT * 50)[:60], "cannot be decompressed \\(EOFError: .*cut short; copy or download"),
     ("cut.txt.gz", gzip.compress(TEXT * 50, mtime=0)[:40], "cannot be decompressed \\(EOFError"),
     ("bad.txt.bz2", b"BZh9" + b"\x00" * 40, "cannot be decompressed \\(OSError"),
+    ("bad.txt.gz", _flipped(gzip.compress(TEXT * 50, mtime=0), 10), "cannot be decompressed \\(error: Error -3"),
+    ("cp1251.txt.gz", gzip.compress("привет".encode("cp1251")), "is not UTF-8 text: line 1 has byte 0xef at byte 1. It "
+     "may be damaged: test it \\(e.g. `gzip -t`.* else convert it first, e.g. `iconv -f cp1251"),
     ("plain.txt.xz", TEXT, "is named .xz but is not xz-compressed: fix the name"),
     ("a.zip", b"PK\x03\x04" + b"\x00" * 30, "is a zip archive: decompress it first"),
     ("a.txt.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 30, "is a zstd archive"),
@@ -85,9 +93,13 @@ def test_a_utf8_byte_order_mark_is_not_text(tmp_path):
     assert read_texts(tmp_path / "a.txt") == [line for line in LINES if line]
 
 
-@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
-def test_utf16_text_is_named_with_its_fix(tmp_path, encoding):
-    text = "\n".join(LINES) if encoding == "utf-16" else "\ufeff" + "\n".join(LINES)  # "utf-16" writes its mark
-    (tmp_path / "a.txt").write_bytes(text.encode(encoding))
-    with pytest.raises(CorpusError, match="a.txt' is UTF-16 text .*iconv -f utf-16 -t utf-8"):
+@pytest.mark.parametrize(("encoding", "compress"), [("utf-16", None), ("utf-16-le", None), ("utf-16-be", None),
+                                                    ("utf-32", None), ("utf-32-be", None), ("utf-16", gzip.compress),
+                                                    ("utf-32", lzma.compress)])
+def test_utf16_and_utf32_text_is_named_with_its_fix(tmp_path, encoding, compress):
+    """Also compressed, and UTF-32, whose little-endian mark begins with UTF-16's: iconv -f utf-16 garbled it."""
+    text = "\n".join(LINES) if encoding in ("utf-16", "utf-32") else "\ufeff" + "\n".join(LINES)  # marks written
+    (tmp_path / "a.txt").write_bytes((compress or bytes)(text.encode(encoding)))
+    kind = encoding[:6].upper()
+    with pytest.raises(CorpusError, match=f"a.txt' is {kind} text .*iconv -f {kind.lower()} -t utf-8"):
         read_texts(tmp_path / "a.txt")

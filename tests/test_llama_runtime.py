@@ -153,3 +153,24 @@ def test_gemma3_tokenizes_as_transformers(tmp_path):
     names = [fields[f"tokenizer.ggml.{key}"].contents() for key in ("model", "pre")]
     assert names == ["gpt2", "granite-embed-multi-311m"]
     check_tokenization(gguf, tokenizer, "Gemma-3-270M + Russian")
+
+
+def test_llama2_without_tokenizer_model_tokenizes_as_transformers(tmp_path):
+    """A Llama-2 folder with tokenizer.json alone (replace mode writes no tokenizer.model): the converter reads it
+    with `LlamaHfVocab`, which scored every token -1000, and llama.cpp cut 859 of 1,000 Russian lines otherwise.
+    Tiny model of the real Llama-2 tokenizer, its vocabulary replaced by a Russian one trained like it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from vocabshift_testing.real_tokenizers import real_tokenizer_dir
+
+    source = AutoTokenizer.from_pretrained(real_tokenizer_dir("llama2"))
+    config = LlamaConfig(vocab_size=len(source), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    russian = vocabshift.train_tokenizer(read_corpus("ru")[:3000], like=source, vocab_size=4000)
+    tokenizer = model.extend_vocabulary(russian, mode="replace", method="mean", source_tokenizer=source)
+    vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "llama2-ru")
+    assert not (tmp_path / "llama2-ru" / "tokenizer.model").exists()
+    gguf = vocabshift.export_gguf(tmp_path / "llama2-ru", tmp_path / "llama2-ru.gguf", vocab_only=True,
+                                  source_tokenizer=real_tokenizer_dir("llama2"))
+    check_tokenization(gguf, tokenizer, "Llama-2 tokenizer, replaced by Russian")

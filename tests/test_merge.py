@@ -197,3 +197,11 @@ def test_japanese_keeps_its_kanji_and_its_kana_words(tokenizers_en, en_held, fam
     assert words <= {form.text for form in token_forms(merged)}
     assert merged(en_held, add_special_tokens=False)["input_ids"] == source(en_held, add_special_tokens=False)[
         "input_ids"]
+
+
+@pytest.mark.parametrize("data", [b"\xf4\x90", b"\xf4\x90\x80", b"\xf7\xbf\xbf"], ids=["f490", "f49080", "f7bfbf"])
+def test_bytes_past_the_last_code_point_are_bound_to_no_script(data):
+    """A byte-level token ending in the start of a character above U+10FFFF: chr() raised ValueError."""
+    from vocabshift.vocab.stats import bound_to_script
+
+    assert not bound_to_script(data, frozenset({"CYRILLIC"}))

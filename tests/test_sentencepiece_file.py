@@ -202,3 +202,65 @@ def test_a_damaged_tokenizer_json_beside_a_tokenizer_model(llama_folder, russian
         vocabshift.push_to_hub(folder, "me/x", token="hf_unused")
     assert f"{str(folder)!r} would publish a model that does not load" in str(info.value)
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_a_gemma_tokenizer_without_vocab_file_gets_its_folders_file_extended(tmp_path):
+    """transformers 5's GemmaTokenizer keeps no `vocab_file`: the tokenizer.model of the folder it was loaded from is
+    extended (Gemma's settings: no dummy prefix), where the extended folder held none, without a word."""
+    from transformers import GemmaTokenizer
+
+    folder, model_file = tmp_path / "gemma", io.BytesIO()
+    folder.mkdir()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(read_lines("en", 1500)), model_writer=model_file, model_type="bpe", vocab_size=800,
+        byte_fallback=True, split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True, add_dummy_prefix=False, pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+        pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", num_threads=1, minloglevel=2)
+    (folder / "tokenizer.model").write_bytes(model_file.getvalue())
+    vocab = {piece: i for i, piece in enumerate(from_model_file(folder / "tokenizer.model").convert_ids_to_tokens(
+        list(range(800))))}
+    GemmaTokenizer(vocab=vocab, merges=generate_merges(vocab)).save_pretrained(folder)
+    source = AutoTokenizer.from_pretrained(folder)
+    assert getattr(source, "vocab_file", None) is None
+    russian = vocabshift.train_tokenizer(read_lines("ru", 1500), like=source, vocab_size=1000)
+    saved = extend_and_save(folder, russian, tmp_path / "extended")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(saved / "tokenizer.model"))
+    lines = held_out()[:300] + held_out()[-300:]
+    assert processor.encode(lines) == AutoTokenizer.from_pretrained(saved)(lines, add_special_tokens=False)["input_ids"]
+    assert processor.get_piece_size() > 1200 and sentencepiece_mismatch(saved) is None
+
+
+def test_a_sources_plain_added_tokens_leave_the_file_out(llama_folder, russian, tmp_path, caplog):
+    """A token added to the source (not special) is no piece of its tokenizer.model: appended as a user-defined
+    piece, sentencepiece cut 'Москва, да' unlike tokenizer.json, on lines the check skipped (the source's own two
+    files disagree there)."""
+    from tokenizers import AddedToken
+
+    source = AutoTokenizer.from_pretrained(llama_folder)
+    source.add_tokens([AddedToken("Москва", special=False), AddedToken("да", special=False, lstrip=True)])
+    source.save_pretrained(tmp_path / "source")
+    shutil.copy(llama_folder / "tokenizer.model", tmp_path / "source")
+    with caplog.at_level(logging.WARNING):
+        folder = extend_and_save(tmp_path / "source", russian, tmp_path / "extended")
+    assert "none is written for the new vocabulary: tokenizer.json has added tokens that are not special beyond the " \
+           "source's pieces (e.g. 'Москва')" in caplog.text
+    assert not (folder / "tokenizer.model").exists()
+
+
+def test_a_folder_with_tokenizer_model_alone_names_protobuf(llama_folder, tmp_path):
+    """Without protobuf transformers reads such a tokenizer.model as tiktoken, and its error asked for tiktoken."""
+    try:
+        import google.protobuf  # noqa: F401
+        pytest.skip("protobuf is installed: transformers converts the file")
+    except ImportError:
+        pass
+    from vocabshift.errors import TokenizerLoadError
+
+    folder = tmp_path / "model-file-only"
+    folder.mkdir()
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        shutil.copy(llama_folder / name, folder)
+    with pytest.raises(TokenizerLoadError, match="holds a SentencePiece tokenizer.model and no tokenizer.json, and "
+                       "transformers converts that file with the protobuf package, which is not installed: pip "
+                       "install protobuf sentencepiece"):
+        vocabshift.train_tokenizer(["привет мир"], like=folder, vocab_size=1000)

@@ -152,3 +152,27 @@ def test_a_corpus_that_runs_out_of_pieces_is_named(tokenizers_en, ru_lines, capl
     with caplog.at_level("WARNING", logger="vocabshift"):
         vocabshift.train_tokenizer(ru_lines, like=tokenizers_en["bytelevel"], vocab_size=800)
     assert not caplog.records
+
+
+def test_llama2_digits_stay_apart_from_the_word_marker(ru_lines):
+    """Llama-2's Metaspace prepends `▁` to every piece: digits isolated before it came out as '▁0'...'▁9' tokens,
+    which Llama-2 never has ('2024' after a space is '▁', '2', '0', '2', '4')."""
+    from transformers import AutoTokenizer
+
+    from vocabshift_testing.real_tokenizers import real_tokenizer_dir
+
+    like = AutoTokenizer.from_pretrained(real_tokenizer_dir("llama2"))
+    new = vocabshift.train_tokenizer(ru_lines[:1500], like=like, vocab_size=1200)
+    assert not [token for token in new.get_vocab() if token[:1] == "\u2581" and token[1:2].isdigit()]
+    assert new.tokenize("мир 2024")[-5:] == like.tokenize("мир 2024")[-5:] == ["\u2581", "2", "0", "2", "4"]
+
+
+def test_a_wordpiece_that_spells_digits_learns_continuation_digits(en_lines, ru_lines):
+    """Digits isolated while training left no '##0'...'##9': every number of two digits or more became [UNK],
+    where `like` spells it '2', '##0', '##2', '##4'."""
+    from conftest import make_tokenizer
+
+    like = make_tokenizer("wordpiece", en_lines[:1500], 800)
+    assert like.tokenize("2024") == ["2", "##0", "##2", "##4"]
+    new = vocabshift.train_tokenizer(ru_lines, like=like, vocab_size=1200)
+    assert "[UNK]" not in new.tokenize("в 2024 году 15 человек")

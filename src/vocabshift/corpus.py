@@ -11,6 +11,7 @@ import io
 import lzma
 import os
 import sys
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -130,8 +131,8 @@ def _file_lines(path: Path, *, name: str = "corpus", stream: bool = False) -> It
     try:
         with opener(source, "rb") as handle:
             for number, raw in enumerate(handle, 1):
-                yield _decoded(raw, number, path, name)
-    except (lzma.LZMAError, EOFError, OSError) as error:  # gzip's BadGzipFile and bz2's bad data are OSErrors
+                yield _decoded(raw, number, path, name, compressed=opener is not _plain)
+    except (lzma.LZMAError, zlib.error, EOFError, OSError) as error:  # gzip's BadGzipFile, bz2's bad data: OSErrors
         if opener is _plain:
             raise
         raise CorpusError(f"{name}={str(path)!r} cannot be decompressed ({type(error).__name__}: {error}): the file "
@@ -165,21 +166,29 @@ def _opener(head: bytes, path: Path, name: str) -> Callable[..., Any]:
         if head.startswith(magic):
             raise CorpusError(f"{name}={str(path)!r} is a {kind} archive: decompress it first (vocabshift reads plain, "
                               "xz, gzip and bz2 text).")
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # a UTF-16 (or UTF-32) byte-order mark
-        raise CorpusError(f"{name}={str(path)!r} is UTF-16 text (it starts with a UTF-16 byte-order mark): convert it "
-                          "to UTF-8 first, e.g. `iconv -f utf-16 -t utf-8 in.txt > out.txt`.")
     if path.suffix == ".xz" and not head.startswith(b"\xfd7zXZ\x00"):
         raise CorpusError(f"{name}={str(path)!r} is named .xz but is not xz-compressed: fix the name.")
     return next((reader for magic, reader in _READERS.items() if head.startswith(magic)), _plain)
 
 
-def _decoded(raw: bytes, number: int, path: Path, name: str) -> str:
+# byte-order marks of other encodings than UTF-8, UTF-32's first (UTF-16's little-endian one begins it)
+_MARKS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+
+def _decoded(raw: bytes, number: int, path: Path, name: str, *, compressed: bool) -> str:
+    """Line `number` as text. Damage in a compressed file shows as bad bytes before the checksum that would name it."""
+    kind = next((kind for mark, kind in _MARKS.items() if raw.startswith(mark)), None) if number == 1 else None
+    if kind is not None:  # of the text itself, compressed or not
+        raise CorpusError(f"{name}={str(path)!r} is {kind} text (it starts with a {kind} byte-order mark): convert it "
+                          f"to UTF-8 first, e.g. `iconv -f {kind.lower()} -t utf-8 in.txt > out.txt`.")
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
+        fix = ("It may be damaged: test it (e.g. `gzip -t` or `xz -t`) and copy or download it again if so; else "
+               "convert" if compressed else "Convert")
         raise CorpusError(
             f"{name}={str(path)!r} is not UTF-8 text: line {number} has byte 0x{raw[error.start]:02x} at "
-            f"byte {error.start + 1}. Convert it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
+            f"byte {error.start + 1}. {fix} it first, e.g. `iconv -f cp1251 -t utf-8 in.txt > out.txt`."
         ) from None
     if "\x00" in line:
         raise CorpusError(

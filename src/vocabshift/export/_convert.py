@@ -5,13 +5,15 @@
     python _convert.py CONVERTER_DIR ORIGINAL_TOKENIZER_DIR|- [convert_hf_to_gguf.py arguments ...]
 
 The converter is a script, not a library: it configures the root logger, puts its `gguf-py` first on `sys.path`
-and exits on errors, so it gets a process of its own. Its files are not changed: the one override is made in
-memory, on the class that defines `get_vocab_base_pre`, which then hashes the original tokenizer's ids (`-`: the
-folder's own tokenizer, as the converter does). Importing this module imports nothing heavy.
+and exits on errors, so it gets a process of its own. Its files are not changed: two overrides are made in memory,
+on the class that defines `get_vocab_base_pre`, which then hashes the original tokenizer's ids (`-`: the folder's
+own tokenizer, as the converter does), and on gguf-py's `LlamaHfVocab`, whose token scores then rank tokens as
+tokenizer.json's merges do. Importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -43,8 +45,36 @@ def main(argv: list[str]) -> None:
             sys.exit(UNKNOWN_PRE_TOKENIZER)
 
     setattr(owner, _LOOKUP, named_from_original)
+    vocab_class = getattr(sys.modules.get("gguf"), "LlamaHfVocab", None)
+    if vocab_class is not None:  # (an older llama.cpp has none)
+        _score_by_merges(vocab_class)
     sys.argv = [str(Path(converter_dir) / "convert_hf_to_gguf.py"), *arguments]
     convert_hf_to_gguf.main()
+
+
+def _score_by_merges(vocab_class: Any) -> None:
+    """Give the tokens of a SentencePiece-style tokenizer.json read without a tokenizer.model (`LlamaHfVocab`: Llama-2
+    or Mistral after replace mode) the scores of their merges. The converter gives each -1000, and llama.cpp joins
+    the pair whose token scores highest: it cut text unlike transformers. Here the earliest merge scores highest."""
+
+    def get_token_score(self: Any, token_id: int) -> float:
+        if not hasattr(self, "_vocabshift_scores"):
+            self._vocabshift_scores = _merge_scores(Path(self.fname_tokenizer))
+        scores, floor = self._vocabshift_scores
+        return scores.get(token_id, floor)
+
+    vocab_class.get_token_score = get_token_score
+
+
+def _merge_scores(tokenizer_json: Path) -> tuple[dict[int, float], float]:
+    """-rank of the first merge that builds each token, by id; and a score below them all, for the others."""
+    model = json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]
+    first: dict[str, int] = {}
+    for rank, merge in enumerate(model["merges"]):
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        first.setdefault(left + right, rank)
+    scores = {index: -float(first[token]) for token, index in model["vocab"].items() if token in first}
+    return scores, -float(len(first) + 1)
 
 
 def _lookup_owner(script: Any) -> Any:

@@ -16,6 +16,7 @@ from .._typing import Tokenizer as FastTokenizer
 from ..arguments import check_repo_id, offline_miss
 from ..errors import InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
 from ..headers import load_config
+from .spm_proto import parse_model
 
 __all__ = ["fingerprint", "load_tokenizer"]
 
@@ -69,6 +70,12 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
         if isinstance(error, OSError) and (offline := offline_miss(value)):
             raise TokenizerLoadError(f"Could not load {argument}={str(value)!r}: {offline}") from None
         missing = path.is_dir() and not Path(path, "tokenizer.json").is_file()
+        if missing and _sentencepiece_without_protobuf(path):
+            raise TokenizerLoadError(
+                f"Could not load {argument}={str(value)!r}: it holds a SentencePiece tokenizer.model and no "
+                "tokenizer.json, and transformers converts that file with the protobuf package, which is not "
+                "installed: pip install protobuf sentencepiece (or put the model's tokenizer.json beside it)."
+            ) from error
         raise TokenizerLoadError(
             f"Could not load {argument}={str(value)!r}{' (a folder without tokenizer.json)' if missing else ''}: "
             f"{type(error).__name__}: {' '.join(str(error).split()).rstrip('.')}. Check that it is {_ACCEPTED}, "
@@ -82,6 +89,20 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
                                  "tokens belongs: it is edited by hand or corrupted; set a number (e.g. 8192) or "
                                  "remove the key.")
     return tokenizer
+
+
+def _sentencepiece_without_protobuf(folder: Path) -> bool:
+    """Does `folder` hold a SentencePiece tokenizer.model that transformers cannot convert for want of protobuf?
+    (It then falls back to reading it as tiktoken, and its error asks for tiktoken.)"""
+    try:
+        import google.protobuf  # noqa: F401
+    except ImportError:
+        model = folder / "tokenizer.model"
+        try:
+            return model.is_file() and bool(parse_model(model.read_bytes()).pieces)
+        except ValueError:
+            return False
+    return False
 
 
 def _check_has_vocabulary(tokenizer: Any, value: Any, argument: str) -> None:

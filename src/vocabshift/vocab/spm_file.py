@@ -150,8 +150,12 @@ def _file_for(tokenizer: Tokenizer, like: Tokenizer | None) -> tuple[bytes | Non
 
 
 def _vocab_file(tokenizer: Any) -> tuple[SentencePieceModel, bytes] | None:
-    """The SentencePiece model `tokenizer` was loaded with (its `vocab_file`), parsed, and its bytes."""
+    """The SentencePiece model `tokenizer` was loaded with (its `vocab_file`, else the tokenizer.model of the folder
+    it was loaded from: transformers 5's GemmaTokenizer keeps no `vocab_file`), parsed, and its bytes."""
     path = getattr(tokenizer, "vocab_file", None)
+    folder = getattr(tokenizer, "name_or_path", None)
+    if path is None and isinstance(folder, (str, os.PathLike)) and str(folder) and os.path.isdir(folder):
+        path = Path(folder) / FILE
     if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
         return None
     data = Path(path).read_bytes()
@@ -198,6 +202,10 @@ def _new_pieces(model: SentencePieceModel, state: dict[str, Any]) -> list[Piece]
     old, last = len(model.pieces), max(tokens)
     if len(tokens) != last + 1:
         raise _LeftOut("tokenizer.json leaves ids without a token")
+    plain = [tokens[i] for i in range(old, last + 1) if added.get(i) is False]
+    if plain:  # the source's, which the check skips: its own file, without them, cuts their text otherwise
+        raise _LeftOut(f"tokenizer.json has added tokens that are not special beyond the source's pieces (e.g. "
+                       f"{plain[0]!r}), which sentencepiece would match as user-defined pieces, unlike tokenizer.json")
     scores = _bpe_scores(model, state, tokens, added) if kind == "BPE" else {
         index: float(score) for index, (_, score) in enumerate(state["model"]["vocab"])}
     pieces = [Piece(tokens[i], 0.0, CONTROL if added[i] else USER_DEFINED) if i in added else

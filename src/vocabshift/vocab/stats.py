@@ -104,4 +104,4 @@ def _tail_scripts(tail: bytes) -> frozenset[str] | None:
     if free > 12:
         return None
     return frozenset(filter(None, (script_of(chr(code)) for code in range(low, low + (1 << free))
-                                   if code < 0xD800 or code > 0xDFFF)))
+                                   if code < 0xD800 or 0xDFFF < code < 0x110000)))  # F4 90.. and F5..F7: none

@@ -3,8 +3,9 @@
 The new tokenizer keeps the normalizer, pre-tokenizer and decoder of `like`, so that both cut text the same way.
 Training may need more: SentencePiece-style pipelines (Gemma, Llama-2) turn spaces into `▁` and leave word
 splitting to the model, so the trainer is given a pre-tokenizer that cuts before each `▁` (its pieces then never
-span words); a family that spells numbers digit by digit gets its digits isolated while training; and with byte
-fallback the vocabulary holds the 256 `<0xNN>` pieces (and `like`'s unk), so that no character is ever lost.
+span words); a family that spells numbers digit by digit gets its digits isolated while training (WordPiece
+learns its `##` digits instead); and with byte fallback the vocabulary holds the 256 `<0xNN>` pieces (and `like`'s
+unk), so that no character is ever lost.
 """
 
 from __future__ import annotations
@@ -141,10 +142,15 @@ def _model_and_trainer(old: dict[str, Any], family: str, size: int, min_frequenc
 
 def _training_pre_tokenizer(old: Any, family: str, like: Any) -> Any:
     """`like`'s pre-tokenizer, a cut before each `▁` where it leaves words whole, and digit isolation where `like`
-    spells numbers digit by digit (first, on the text itself: byte-level characters such as '²' stand for bytes)."""
-    parts: list[Any] = [] if _has_multi_digit_tokens(like) else [pre_tokenizers.Digits(individual_digits=True)]
+    spells numbers digit by digit: first, on the text itself, for byte-level (its characters such as '²' stand for
+    bytes); after it for SentencePiece, whose Metaspace would give each isolated digit a `▁` of its own. Not for
+    WordPiece, which spells a number with `##` digits: isolated, no `##` digit is learnt, and numbers become unk."""
+    isolate = family != "wordpiece" and not _has_multi_digit_tokens(like)
+    digits = [pre_tokenizers.Digits(individual_digits=True)] if isolate else []
+    parts: list[Any] = [] if family == "sentencepiece" else digits
     if old.pre_tokenizer is not None:
         parts.append(old.pre_tokenizer)
+    parts += digits if family == "sentencepiece" else []
     if family == "sentencepiece" and not _splits_words(old):
         parts.append(pre_tokenizers.Split(SPIECE, behavior="merged_with_next"))
     return pre_tokenizers.Sequence(parts) if parts else None
