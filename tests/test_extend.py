@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 
@@ -127,6 +128,20 @@ def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_r
     rows, end = model.get_input_embeddings().weight, vocabshift.get_record(model).new_ids[-1] + 1
     assert rows.shape[0] == old.shape[0] == len(tokenizer) > end  # the rows left get placeholder tokens
     assert torch.equal(rows[end:], old[end:])
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_special_token_beyond_the_rows_gets_the_mean_row(tokenizers_en, tokenizers_ru, mode):
+    """A source special token past the embedding rows (as Gemma-3's image token): replace mode raised IndexError."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    old = model.get_input_embeddings().weight.detach().clone()
+    source = copy.deepcopy(source)
+    source.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    assert source.convert_tokens_to_ids("<image>") == old.shape[0]
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode=mode)
+    row = model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids("<image>")]
+    torch.testing.assert_close(row, old.mean(dim=0))
 
 
 @pytest.mark.parametrize("mode", ["extend", "replace"])
