@@ -140,8 +140,10 @@ def test_special_token_beyond_the_rows_gets_the_mean_row(tokenizers_en, tokenize
     source.add_special_tokens({"additional_special_tokens": ["<image>"]})
     assert source.convert_tokens_to_ids("<image>") == old.shape[0]
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode=mode)
-    row = model.get_input_embeddings().weight[tokenizer.convert_tokens_to_ids("<image>")]
-    torch.testing.assert_close(row, old.mean(dim=0))
+    weight = model.get_input_embeddings().weight
+    torch.testing.assert_close(weight[tokenizer.convert_tokens_to_ids("<image>")], old.mean(dim=0))
+    pairs = torch.tensor(vocabshift.get_record(model).shared_pairs())  # the rows copied: not the image token's
+    assert torch.equal(weight[pairs[:, 0]], old[pairs[:, 1]])
 
 
 @pytest.mark.parametrize("mode", ["extend", "replace"])
