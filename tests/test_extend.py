@@ -215,6 +215,24 @@ def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru,
     assert [entry["decompositions"] for entry in printed] == ["(packed)", "(packed)"]
 
 
+def test_extending_again_after_tokens_were_added_keeps_their_rows(tokenizers_en, tokenizers_ru, ru_lines):
+    """Tokens added after an extension (with rows grown for them) belong to the source of the next one: it was
+    refused, advising the returned tokenizer, whose next new tokens then overwrote the added tokens' rows."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    first = copy.deepcopy(model.extend_vocabulary(new, source_tokenizer=source))
+    first.add_tokens(["<tool_call>"], special_tokens=True)
+    model.resize_token_embeddings(len(first))
+    added = first.convert_tokens_to_ids("<tool_call>")
+    with torch.no_grad():
+        model.get_input_embeddings().weight[added] = 7.0  # a trained row
+    second = model.extend_vocabulary(vocabshift.train_tokenizer(ru_lines, like=first, vocab_size=1600),
+                                     source_tokenizer=first)
+    assert second.convert_tokens_to_ids("<tool_call>") == added
+    assert torch.equal(model.get_input_embeddings().weight[added], torch.full((64,), 7.0))
+    assert vocabshift.get_record(model).old_vocab_size == len(first)
+
+
 def test_extending_again_with_the_same_tokenizer_is_named(tokenizers_en, en_lines, ru_lines, caplog):
     """A repeated call (a notebook cell run twice) adds only what the first call's filter left out: the tokenizer's
     fingerprint in the record tells, and the error or the warning (before the method runs) says so."""
