@@ -30,6 +30,7 @@ __all__ = [
     "check_tokenizer",
     "embedding_names",
     "find_embeddings",
+    "grown_from",
     "input_matrix",
     "non_finite_rows",
     "original_embeddings",
@@ -230,7 +231,7 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
         `TokenizerMismatchError`: naming `argument`.
     """
     record = find_record(model)
-    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256 and not _grown(tokenizer, record):
+    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256 and not grown_from(tokenizer, record):
         raise TokenizerMismatchError(
             f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call (it has "
             f"{len(tokenizer)} tokens, that one {record.new_vocab_size}, fingerprint {record.tokenizer_sha256[:12]}"
@@ -253,7 +254,7 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
         )
 
 
-def _grown(tokenizer: Tokenizer, record: ExtensionRecord) -> bool:
+def grown_from(tokenizer: Tokenizer, record: ExtensionRecord) -> bool:
     """`tokenizer` is the one the last `extend_vocabulary` call returned with tokens added after it (ids from
     `record.new_vocab_size` on, whose rows a resize added and training may have filled): `vocab.fingerprint` of its
     ids below those."""
