@@ -120,6 +120,15 @@ def test_padded_vocabulary_rows_stay_out_of_the_token_maps(tokenizers_en, tokeni
     torch.testing.assert_close(rows, token_rows.mean(dim=0).expand_as(rows))
 
 
+def test_thousands_of_padding_rows_are_the_models_own(tokenizers_en, tokenizers_ru):
+    """DeepSeek LLM / DeepSeekMoE: 102,400 rows for 100,015 tokens. Their own tokenizer was refused as 'not this
+    model's tokenizer'."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    model = make_model("qwen2-tied", source, extra_rows=2385)
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source)
+    assert vocabshift.get_record(model).new_ids[0] == len(source) and len(tokenizer) == model.config.vocab_size
+
+
 def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_ru):
     source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
     model = make_model("qwen2-tied", source, extra_rows=1000)

@@ -37,9 +37,10 @@ __all__ = [
     "stored_shape",
 ]
 
-# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
-# tokenizer, whose ids would name rows of other tokens.
-MAX_PADDING_ROWS = 1024
+# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer, DeepSeek LLM and DeepSeekMoE: 2,385,
+# 102,400 rows for 100,015 tokens); a larger gap means another model's tokenizer, whose ids would name rows of other
+# tokens.
+MAX_PADDING_ROWS = 4096
 
 # The model attribute that holds the embedding tensors a model had before replace mode (`OriginalEmbeddings`).
 ORIGINALS = "_vocabshift_original_embeddings"
