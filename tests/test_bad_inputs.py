@@ -310,6 +310,13 @@ API = {
     "source=42": (_extend(source_tokenizer=42), E.InvalidTokenizerError, "source_tokenizer is a int"),
     "source=another model's": (_extend(source_tokenizer=At(lambda w: w.new)), E.TokenizerMismatchError,
                                "source_tokenizer has"),
+    "source=a tokenizer thousands of rows short": (
+        lambda w: _resized(w.model, len(w.source) + 5000).extend_vocabulary(w.new, source_tokenizer=w.source),
+        E.TokenizerMismatchError, "5000 rows would have no token, more than padding explains"),
+    "source=the returned tokenizer, rows grown after": (  # the new tokens would overwrite the grown rows
+        lambda w: _resized(w.extended, len(w.extended_tokenizer) + 1).extend_vocabulary(
+            w.new, source_tokenizer=w.extended_tokenizer),
+        E.TokenizerMismatchError, "1 more than its last extend_vocabulary call gave it (1408): rows added after"),
     "unknown option": (_extend(foo=1), E.MethodOptionError, "Unknown option 'foo' for method 'subword'"),
     "option of a wrong value": (_extend(input_weighting=3), E.MethodOptionError, "Option input_weighting=3"),
     "option of another method": (_extend(method="mean", input_weighting="uniform"), E.MethodOptionError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 
@@ -119,6 +120,15 @@ def test_padded_vocabulary_rows_stay_out_of_the_token_maps(tokenizers_en, tokeni
     torch.testing.assert_close(rows, token_rows.mean(dim=0).expand_as(rows))
 
 
+def test_thousands_of_padding_rows_are_the_models_own(tokenizers_en, tokenizers_ru):
+    """DeepSeek LLM / DeepSeekMoE: 102,400 rows for 100,015 tokens. Their own tokenizer was refused as 'not this
+    model's tokenizer'."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
+    model = make_model("qwen2-tied", source, extra_rows=2385)
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source)
+    assert vocabshift.get_record(model).new_ids[0] == len(source) and len(tokenizer) == model.config.vocab_size
+
+
 def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_ru):
     source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
     model = make_model("qwen2-tied", source, extra_rows=1000)
@@ -127,6 +137,22 @@ def test_padding_rows_beyond_the_new_tokens_are_kept(tokenizers_en, tokenizers_r
     rows, end = model.get_input_embeddings().weight, vocabshift.get_record(model).new_ids[-1] + 1
     assert rows.shape[0] == old.shape[0] == len(tokenizer) > end  # the rows left get placeholder tokens
     assert torch.equal(rows[end:], old[end:])
+
+
+@pytest.mark.parametrize("mode", ["extend", "replace"])
+def test_special_token_beyond_the_rows_gets_the_mean_row(tokenizers_en, tokenizers_ru, mode):
+    """A source special token past the embedding rows (as Gemma-3's image token): replace mode raised IndexError."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    old = model.get_input_embeddings().weight.detach().clone()
+    source = copy.deepcopy(source)
+    source.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    assert source.convert_tokens_to_ids("<image>") == old.shape[0]
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode=mode)
+    weight = model.get_input_embeddings().weight
+    torch.testing.assert_close(weight[tokenizer.convert_tokens_to_ids("<image>")], old.mean(dim=0))
+    pairs = torch.tensor(vocabshift.get_record(model).shared_pairs())  # the rows copied: not the image token's
+    assert torch.equal(weight[pairs[:, 0]], old[pairs[:, 1]])
 
 
 @pytest.mark.parametrize("mode", ["extend", "replace"])
@@ -196,6 +222,24 @@ def test_extending_twice_chains_through_the_record(tokenizers_en, tokenizers_ru,
                                                                       record.to_dict().items() if key != "earlier"}]
     printed = record_summary(third)["earlier"]  # what `vocabshift inspect` prints: packed lists are not spelled out
     assert [entry["decompositions"] for entry in printed] == ["(packed)", "(packed)"]
+
+
+def test_extending_again_after_tokens_were_added_keeps_their_rows(tokenizers_en, tokenizers_ru, ru_lines):
+    """Tokens added after an extension (with rows grown for them) belong to the source of the next one: it was
+    refused, advising the returned tokenizer, whose next new tokens then overwrote the added tokens' rows."""
+    source, new = _pair(tokenizers_en, tokenizers_ru, "llama-untied")
+    model = make_model("llama-untied", source)
+    first = copy.deepcopy(model.extend_vocabulary(new, source_tokenizer=source))
+    first.add_tokens(["<tool_call>"], special_tokens=True)
+    model.resize_token_embeddings(len(first))
+    added = first.convert_tokens_to_ids("<tool_call>")
+    with torch.no_grad():
+        model.get_input_embeddings().weight[added] = 7.0  # a trained row
+    second = model.extend_vocabulary(vocabshift.train_tokenizer(ru_lines, like=first, vocab_size=1600),
+                                     source_tokenizer=first)
+    assert second.convert_tokens_to_ids("<tool_call>") == added
+    assert torch.equal(model.get_input_embeddings().weight[added], torch.full((64,), 7.0))
+    assert vocabshift.get_record(model).old_vocab_size == len(first)
 
 
 def test_extending_again_with_the_same_tokenizer_is_named(tokenizers_en, en_lines, ru_lines, caplog):

@@ -7,6 +7,7 @@ import re
 import shutil
 
 import pytest
+from transformers import AutoTokenizer
 
 import vocabshift
 from conftest import make_model, shards_into_subfolder
@@ -170,3 +171,14 @@ def test_shards_in_a_subfolder_of_the_index(folder, capsys):
     assert code == 1 and f"puts model.embed_tokens.weight in {shard}, which is missing" in out, out
     with pytest.raises(ShardError, match=f"in {shard}, which is missing"):
         load_model(str(folder))
+
+
+def test_tokens_added_after_the_extension_are_a_note(folder, tmp_path, capsys):
+    """docs/extend.md: rows grown for tokens added after extend_vocabulary are saved as they are; inspect (and so
+    push) called that folder inconsistent (record sizes, fingerprint, special tokens)."""
+    model, tokenizer = load_model(str(folder)), AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<tool_call>"]})
+    model.resize_token_embeddings(len(tokenizer))
+    grown = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "grown")
+    code, out, _ = _inspect(grown, capsys)
+    assert code == 0 and "1 token(s) added to the tokenizer after extend_vocabulary" in out

@@ -108,6 +108,10 @@ def test_vec_files_load_and_bad_ones_are_refused(tmp_path):
     path.write_text("2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2\n", encoding="utf-8")
     with pytest.raises(WordVectorsError, match=r"line 3 has 2 values, but the vectors have dimension 3"):
         vocabshift.load_word_vectors(path)
+    path.write_text("2 3\nкот 0.1 0.2 0.3\nкот 0.9 0.9 0.9\n", encoding="utf-8")  # a repeated word: its first row
+    np.testing.assert_allclose(vocabshift.load_word_vectors(path).lookup(["кот"])[0], [[0.1, 0.2, 0.3]])
+    path.write_bytes("\ufeff2 3\nкот 0.1 0.2 0.3\ncat 0.1 0.2 0.25\n".encode())  # with a byte-order mark
+    assert vocabshift.load_word_vectors(path, level="word").words == ["кот", "cat"]
     with pytest.raises(WordVectorsError, match=r"shape \(2, 4\) for 3 words"):
         vocabshift.WordVectors(["a", "b", "c"], np.zeros((2, 4)))
     with pytest.raises(WordVectorsNotFoundError, match="does not exist") as error:

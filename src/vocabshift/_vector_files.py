@@ -120,7 +120,8 @@ def read_vec(path: Path) -> tuple[list[str], np.ndarray]:
                                    "reads .vec text, plain or gzip, and fastText .bin models).")
     opener: Any = gzip.open if head.startswith(b"\x1f\x8b") else open
     try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+        # utf-8-sig: a byte-order mark (an editor on Windows writes one) would make the count line no header
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as handle:
             return _parse_vec(handle, path)
     except (EOFError, gzip.BadGzipFile) as error:
         raise WordVectorsError(f"word_vectors={str(path)!r} cannot be decompressed ({type(error).__name__}: "

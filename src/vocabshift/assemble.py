@@ -24,12 +24,15 @@ def row_count(embeddings: Embeddings, vocab_size: int, mode: str, multiple: int 
 
 
 def _copies(embeddings: Embeddings, alignment: Alignment, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(new row index, old row index) of copied rows: every old row in extend mode, shared tokens in replace mode."""
+    """(new row index, old row index) of copied rows: every old row in extend mode, shared tokens in replace mode.
+    A special token beyond the old rows (Gemma-3's image token) has no row to copy: it keeps the mean row, as in
+    extend mode."""
     device = embeddings.input.weight.device
     if mode == "extend":
         index = torch.arange(embeddings.num_rows, device=device)
         return index, index
     pairs = torch.tensor(alignment.shared, dtype=torch.long, device=device).reshape(-1, 2)
+    pairs = pairs[pairs[:, 1] < embeddings.num_rows]
     return pairs[:, 0], pairs[:, 1]
 
 

@@ -8,6 +8,8 @@ leaves it frozen, propagation carries it like the rows (see `propagation.plan.pr
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +18,7 @@ import torch
 
 from ._typing import Model, Tokenizer, is_peft
 from .errors import TokenizerMismatchError, UnsupportedModelError
-from .record import find_record
+from .record import ExtensionRecord, find_record
 from .vocab.load import fingerprint
 
 __all__ = [
@@ -28,15 +30,17 @@ __all__ = [
     "check_tokenizer",
     "embedding_names",
     "find_embeddings",
+    "grown_from",
     "input_matrix",
     "non_finite_rows",
     "original_embeddings",
     "stored_shape",
 ]
 
-# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer); a larger gap means another model's
-# tokenizer, whose ids would name rows of other tokens.
-MAX_PADDING_ROWS = 1024
+# Models round their embedding rows up (Qwen2.5: 271 rows beyond its tokenizer, DeepSeek LLM and DeepSeekMoE: 2,385,
+# 102,400 rows for 100,015 tokens); a larger gap means another model's tokenizer, whose ids would name rows of other
+# tokens.
+MAX_PADDING_ROWS = 4096
 
 # The model attribute that holds the embedding tensors a model had before replace mode (`OriginalEmbeddings`).
 ORIGINALS = "_vocabshift_original_embeddings"
@@ -228,12 +232,12 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
         `TokenizerMismatchError`: naming `argument`.
     """
     record = find_record(model)
-    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256:
+    if record is not None and fingerprint(tokenizer) != record.tokenizer_sha256 and not grown_from(tokenizer, record):
         raise TokenizerMismatchError(
             f"{argument} is not the tokenizer returned by the model's last extend_vocabulary call (it has "
             f"{len(tokenizer)} tokens, that one {record.new_vocab_size}, fingerprint {record.tokenizer_sha256[:12]}"
             f"...; the model carries the record of that call): pass that tokenizer as {argument} (the one "
-            "extend_vocabulary returned, or saved next to the extended model)."
+            "extend_vocabulary returned, or saved next to the extended model, with any tokens added after it)."
         )
     beyond = sorted(token for token, index in tokenizer.get_vocab().items() if index >= num_rows)
     if not set(beyond) <= set(tokenizer.all_special_tokens):
@@ -249,6 +253,16 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
             "model's tokenizer (new tokens would overwrite rows of the model's own tokens). Pass the tokenizer the "
             "model was trained with (the one saved next to its weights, which has a token for each of those rows)."
         )
+
+
+def grown_from(tokenizer: Tokenizer, record: ExtensionRecord) -> bool:
+    """`tokenizer` is the one the last `extend_vocabulary` call returned with tokens added after it (ids from
+    `record.new_vocab_size` on, whose rows a resize added and training may have filled): `vocab.fingerprint` of its
+    ids below those."""
+    vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
+    pairs = sorted((index, token) for token, index in vocab.items() if index < record.new_vocab_size)
+    digest = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+    return len(vocab) > len(pairs) and digest == record.tokenizer_sha256
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,11 +18,11 @@ from .arguments import check_choice, check_count, check_flag, check_seed
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
-from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError
+from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError, TokenizerMismatchError
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
 from .methods import InitContext
-from .record import ExtensionRecord, earlier_records, set_record
+from .record import ExtensionRecord, earlier_records, find_record, set_record
 from .registry import build_config, get_method
 from .results import check_result
 from .vocab.align import Alignment, align
@@ -120,6 +120,7 @@ def extend_vocabulary(
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
+    _check_not_grown(model, embeddings.num_rows, len(source))
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts, target_texts=target_lines,
@@ -163,6 +164,21 @@ def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_
         if check_count(pad_to_multiple_of, name="pad_to_multiple_of", accepted=accepted) > _MAX_MULTIPLE:
             raise InvalidArgumentError(f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass {accepted}.")
     check_seed(seed)
+
+
+def _check_not_grown(model: Model, rows: int, tokens: int) -> None:
+    """Refuse rows added after the last extension (a resize for tokens added to the tokenizer) that `source_tokenizer`
+    lacks: the new tokens would take their ids, and overwrite their rows (replace mode: drop them)."""
+    record = find_record(model)
+    if record is not None and tokens <= record.new_num_rows < rows:
+        raise TokenizerMismatchError(
+            f"source_tokenizer has {tokens} tokens, but the model has {rows} embedding rows, "
+            f"{rows - record.new_num_rows} more than its last extend_vocabulary call gave it ({record.new_num_rows}): "
+            "rows added after it (a resize "
+            "for tokens added to the tokenizer), which the new tokens would overwrite. Pass the tokenizer those "
+            f"tokens were added to as source_tokenizer; if the rows hold no token (a resize that only padded), "
+            f"model.resize_token_embeddings({record.new_num_rows}) removes them first."
+        )
 
 
 def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._typing import Tokenizer
 from .arguments import check_flag, check_path
-from .embeddings import embedding_names, stored_shape
+from .embeddings import embedding_names, grown_from, stored_shape
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import load_config, read_config, read_header
 from .record import ExtensionRecord, find_record, has_record
@@ -190,9 +190,14 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
         return
     expected = {"rows": (record.new_num_rows, rows), "tokenizer size": (record.new_vocab_size, len(tokenizer)),
                 "tying": (record.tied, tied)}
+    grown = grown_from(tokenizer, record)
+    if grown:  # its rows are checked against the tokenizer above
+        del expected["rows"], expected["tokenizer size"]
+        report.notes.append(f"{len(tokenizer) - record.new_vocab_size} token(s) added to the tokenizer after "
+                            f"extend_vocabulary (ids from {record.new_vocab_size:,})")
     report.problems += [f"the record says {name} {recorded} but the folder has {found}"
                         for name, (recorded, found) in expected.items() if recorded != found and rows is not None]
-    if record.tokenizer_sha256 != fingerprint(tokenizer):
+    if record.tokenizer_sha256 != fingerprint(tokenizer) and not grown:
         report.problems.append(f"the tokenizer is not the one extend_vocabulary returned (fingerprint "
                                f"{record.tokenizer_sha256[:12]}…): AutoTokenizer loads it as a "
                                f"{type(tokenizer).__name__} that may segment text differently")
@@ -209,8 +214,10 @@ def _check_special_ids(report: Inspection, config: Any, tokenizer: Tokenizer, ro
     limit = rows if rows is not None else len(tokenizer)
     report.problems += [f"special token {t} has id {i}, beyond the {limit:,} rows" for t, i in specials.items()
                         if i is None or i >= limit]
-    if report.record is not None and report.record.special_tokens != specials:
-        report.problems.append(f"the record's special token ids {report.record.special_tokens} differ from the "
+    record = report.record
+    if record is not None and record.special_tokens != {t: i for t, i in specials.items()  # not ones added after
+                                                        if i is None or i < record.new_vocab_size}:
+        report.problems.append(f"the record's special token ids {record.special_tokens} differ from the "
                                f"tokenizer's {specials}")
     text_config = config.get_text_config()
     for name in _SPECIAL_IDS:

@@ -146,11 +146,12 @@ class ExtensionRecord:
         return [flat[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
 
     def shared_pairs(self) -> list[tuple[int, int]]:
-        """`(new_id, old_id)` pairs of rows copied from the old model."""
+        """`(new_id, old_id)` pairs of rows copied from the old model: not a special token beyond its rows
+        (Gemma-3's image token), which had no row to copy (`assemble_weights` gives it the mean row)."""
         if self.mode == "extend":
-            return [(i, i) for i in range(self.old_vocab_size)]
+            return [(i, i) for i in range(min(self.old_vocab_size, self.old_num_rows))]
         flat = unpack_ids(self.shared)
-        return list(zip(flat[0::2], flat[1::2]))
+        return [(new, old) for new, old in zip(flat[0::2], flat[1::2]) if old < self.old_num_rows]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -81,7 +81,7 @@ class WordVectors:
                                            "come from (fasttext.load_model(path)), or None.")
         self.words, self.vectors, self.level, self.family = list(words), vectors, level, family
         self.source, self._model = source, model
-        self._index = {word: i for i, word in enumerate(self.words)}
+        self._index = _first_rows(self.words, source)
 
     @property
     def dim(self) -> int:
@@ -156,6 +156,19 @@ def _check_finite(words: Sequence[str], vectors: np.ndarray, source: str) -> Non
             f"Word vectors{f' from {source}' if source else ''} hold NaN or infinite values (or values beyond float32, "
             f"such as 1e40) in {len(bad)} rows: {named}. Download or train them again, or drop those words."
         )
+
+
+def _first_rows(words: Sequence[str], source: str) -> dict[str, int]:
+    """Each word's row: its first, the most frequent's, where a word repeats (a hand-made or concatenated file), as
+    gensim reads such files; a dict built plainly would keep the last."""
+    index: dict[str, int] = {}
+    for i, word in enumerate(words):
+        index.setdefault(word, i)
+    if len(index) < len(words):
+        logger.warning("Word vectors %s hold %d repeated words (e.g. %r): each is read from its first row.",
+                       source or "(given)", len(words) - len(index),
+                       next(w for i, w in enumerate(words) if index[w] != i))
+    return index
 
 
 def load_word_vectors(path: str | os.PathLike, *, level: Level | None = None) -> WordVectors:
