@@ -8,8 +8,6 @@ leaves it frozen, propagation carries it like the rows (see `propagation.plan.pr
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -259,10 +257,8 @@ def grown_from(tokenizer: Tokenizer, record: ExtensionRecord) -> bool:
     """`tokenizer` is the one the last `extend_vocabulary` call returned with tokens added after it (ids from
     `record.new_vocab_size` on, whose rows a resize added and training may have filled): `vocab.fingerprint` of its
     ids below those."""
-    vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
-    pairs = sorted((index, token) for token, index in vocab.items() if index < record.new_vocab_size)
-    digest = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
-    return len(vocab) > len(pairs) and digest == record.tokenizer_sha256
+    return len(tokenizer) > record.new_vocab_size and \
+        fingerprint(tokenizer, below=record.new_vocab_size) == record.tokenizer_sha256
 
 
 @dataclass(frozen=True, eq=False)

@@ -124,12 +124,13 @@ def _check_has_vocabulary(tokenizer: Any, value: Any, argument: str) -> None:
     )
 
 
-def fingerprint(tokenizer: FastTokenizer) -> str:
-    """SHA-256 of a tokenizer's id -> token map (added tokens included).
+def fingerprint(tokenizer: FastTokenizer, *, below: int | None = None) -> str:
+    """SHA-256 of a tokenizer's id -> token map (added tokens included); with `below`, of its ids below that only
+    (a tokenizer that gained tokens after an extension, against the record of the tokenizer it grew from).
 
     Only what ties ids to embedding rows counts: transformers may rebuild a tokenizer's pipeline on reload (e.g. a
     Qwen2 folder always loads as `Qwen2Tokenizer`), which changes its serialization but not its vocabulary.
     """
     vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
-    pairs = sorted((index, token) for token, index in vocab.items())
+    pairs = sorted((index, token) for token, index in vocab.items() if below is None or index < below)
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
