@@ -204,3 +204,12 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
     with pytest.raises(InvalidArgumentError, match="objectives='distillation' is invalid: pass a list"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], objectives="distillation",
                          source_tokenizer=source)
+
+
+def test_probe_scores_a_model_of_fewer_than_512_positions(tokenizers_en, tokenizers_ru, ru_lines, ru_held):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    model.config.max_position_embeddings = 256  # it refused them: "context_length=512 is longer than the 256 ..."
+    result = vocabshift.probe(model, tokenizers_ru["sentencepiece"], ru_lines[:300], ru_held[:20], methods=["mean"],
+                              source_tokenizer=source, **PROBE)
+    assert [step for step, _ in result.curves["mean"]] == [0, 2, 4]

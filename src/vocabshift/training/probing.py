@@ -18,7 +18,15 @@ from typing import Any
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
-from ..arguments import check_count, check_output_path, check_positions, check_rate, check_seed, check_texts
+from ..arguments import (
+    check_count,
+    check_output_path,
+    check_positions,
+    check_rate,
+    check_seed,
+    check_texts,
+    model_positions,
+)
 from ..atomic import atomic_write_text
 from ..embeddings import check_tokenizer
 from ..errors import InvalidArgumentError, ModelFolderError
@@ -32,6 +40,8 @@ from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
 
 __all__ = ["ProbeResult", "check_output_dir", "probe"]
+
+SCORED_WINDOW = 512  # tokens per held-out window (evaluate's default), or the model's positions where fewer
 
 _OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),  # probe's loop reads no source text:
                "distillation": DistillationWeights(source=0.0)}  # its report says so
@@ -194,7 +204,8 @@ def probe(
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")  # before the original is scored
-    original = bits_per_byte(model, source, held_out_texts)  # in eval mode, whatever the model's
+    scoring = min(SCORED_WINDOW, model_positions(model) or SCORED_WINDOW)  # a model of fewer positions scores too
+    original = bits_per_byte(model, source, held_out_texts, context_length=scoring)  # in eval mode
     curves, seconds, data = {}, {}, None
     for method, (label, objective) in tqdm(list(itertools.product(methods, weights.items())), desc="Probing"):
         start = time.perf_counter()
@@ -204,7 +215,8 @@ def probe(
         data = data or Batches(model, tokenizer, source, train_texts, steps, batch_size, context_length, seed)
         name = method if len(weights) == 1 else f"{method} / {label}"
         curves[name] = train_probe_run(candidate, tokenizer, data, objective, held_out_texts, rows=rows,
-                                       eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed)
+                                       eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed,
+                                       scored_window=scoring)
         seconds[name] = time.perf_counter() - start
         del candidate
     settings = {"steps": steps, "batch_size": batch_size, "context_length": context_length, "rows": rows,
