@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 
@@ -213,3 +214,17 @@ def test_probe_scores_a_model_of_fewer_than_512_positions(tokenizers_en, tokeniz
     result = vocabshift.probe(model, tokenizers_ru["sentencepiece"], ru_lines[:300], ru_held[:20], methods=["mean"],
                               source_tokenizer=source, **PROBE)
     assert [step for step, _ in result.curves["mean"]] == [0, 2, 4]
+
+
+def test_texts_that_give_no_token_are_refused(pair, tokenizers_en):
+    wordpiece = copy.deepcopy(tokenizers_en["wordpiece"])  # its normalizer drops blanks, control and zero-width chars
+    wordpiece.bos_token = "[CLS]"
+    plain = make_model("llama-untied", wordpiece)
+    texts = ["\u200b\u200b", "\x00 \x01"]  # they scored 0.0 bits per byte, at a loss of nan
+    with pytest.raises(InvalidArgumentError, match="texts give no token under tokenizer .*Pass held-out lines"):
+        bits_per_byte(plain, wordpiece, texts)
+    with pytest.raises(InvalidArgumentError, match="texts give no token under tokenizer "):
+        vocabshift.evaluate(plain, wordpiece, texts)
+    model, tokenizer, _, _ = pair  # its byte fallback spells them: the original's tokenizer is refused, before scoring
+    with pytest.raises(InvalidArgumentError, match="texts give no token under original_tokenizer "):
+        vocabshift.evaluate(model, tokenizer, texts, original_model=plain, original_tokenizer=wordpiece)

@@ -18,7 +18,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import check_causal_lm, default_prefix, eval_mode, text_bytes, token_nll
+from .metrics import check_causal_lm, default_prefix, encode_texts, eval_mode, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
 
@@ -154,7 +154,7 @@ def evaluate(
         `Evaluation`: `print(evaluation)` gives a Markdown table; `evaluation.add_to_record(model)` stores it.
 
     Raises (all before any scoring):
-        `InvalidArgumentError`: texts that are not a non-empty list of non-blank strings, only one of
+        `InvalidArgumentError`: texts that are not a non-empty list of non-blank strings (or give no token), only one of
             `original_model` / `original_tokenizer`, `model` itself as `original_model`, a `context_length` below 2 or
             beyond the model's positions, a `batch_size` below 1 (`InvalidArgumentTypeError` for wrong types).
         `UnsupportedModelError`: a model without an LM head, or with its weights not loaded (meta device).
@@ -180,6 +180,8 @@ def evaluate(
     if original_model is not None:
         pairs.append(("original", original_model,
                       _checked_tokenizer(original_model, original_tokenizer, context_length, prefix="original_")))
+    for label, _, checked in pairs:  # before any scoring
+        encode_texts(checked, texts, argument="tokenizer" if label == "adapted" else "original_tokenizer")
     scores = tuple(_score(label, m, t, texts, options) for label, m, t in pairs)
     return Evaluation(scores, len(texts), text_bytes(texts))
 
