@@ -228,3 +228,22 @@ def test_texts_that_give_no_token_are_refused(pair, tokenizers_en):
     model, tokenizer, _, _ = pair  # its byte fallback spells them: the original's tokenizer is refused, before scoring
     with pytest.raises(InvalidArgumentError, match="texts give no token under original_tokenizer "):
         vocabshift.evaluate(model, tokenizer, texts, original_model=plain, original_tokenizer=wordpiece)
+
+
+def test_evaluate_warns_of_text_the_original_tokenizer_cannot_spell(tokenizers_en, tokenizers_ru, ru_held, caplog):
+    source = tokenizers_en["unigram"]  # no byte fallback: Cyrillic it does not know becomes <unk>
+    original = make_model("llama-untied", source)
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["unigram"], source_tokenizer=source)
+
+    def predict_unk(module, inputs, logits):  # a model that knows nothing of the text but <unk>
+        return torch.zeros_like(logits).index_fill_(-1, torch.tensor([source.unk_token_id]), 6.0)
+
+    original.lm_head.register_forward_hook(predict_unk)
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        result = vocabshift.evaluate(model, tokenizer, ru_held[:20], original_model=original,
+                                     original_tokenizer=source)
+    assert result.scores[1].bits_per_byte < 1.2  # better than a uniform guess over the bytes' tokens: misleading
+    warned = [r.getMessage() for r in caplog.records if "unk token" in r.getMessage()]
+    assert len(warned) == 1 and "held-out tokens of the original model" in warned[0]
+    assert "'<unk>', which stands for text the tokenizer cannot spell" in warned[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from ..vocab.stats import tokens_per_word
 from .metrics import check_causal_lm, default_prefix, encode_texts, eval_mode, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, 
 def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str], options: dict[str, Any]
            ) -> ModelScores:
     ids, nll = token_nll(model, tokenizer, texts, **options)
+    _warn_of_unknown_tokens(label, tokenizer, ids)
     new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
@@ -212,6 +216,18 @@ def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str],
         new_token_share=None if is_new is None else is_new.double().mean().item(),
         num_tokens=len(ids),
     )
+
+
+def _warn_of_unknown_tokens(label: str, tokenizer: Tokenizer, ids: torch.Tensor) -> None:
+    """A text the tokenizer cannot spell becomes its unk token, whose one prediction stands for all those bytes:
+    bits per byte then understate the model's loss (a model that always predicts unk scores well)."""
+    unknown = int((ids == tokenizer.unk_token_id).sum()) if tokenizer.unk_token_id is not None else 0
+    if unknown:
+        logger.warning(f"{unknown} of the {len(ids)} held-out tokens of the {label} model ({unknown / len(ids):.1%}) "
+                       f"are its tokenizer's unk token {tokenizer.unk_token!r}, which stands for text the tokenizer "
+                       "cannot spell: its bits per byte and losses count each as one token, so they understate what "
+                       "the model misses of this text. Compare it only with models scored on text their tokenizers "
+                       "spell, or drop the lines it cannot spell.")
 
 
 def _mean(values: torch.Tensor) -> float | None:
