@@ -247,3 +247,16 @@ def test_evaluate_warns_of_text_the_original_tokenizer_cannot_spell(tokenizers_e
     warned = [r.getMessage() for r in caplog.records if "unk token" in r.getMessage()]
     assert len(warned) == 1 and "held-out tokens of the original model" in warned[0]
     assert "'<unk>', which stands for text the tokenizer cannot spell" in warned[0]
+
+
+def test_probe_ranks_a_diverged_run_last(tokenizers_en, tokenizers_ru, ru_lines, ru_held, caplog):
+    result = vocabshift.training.probing.ProbeResult(  # NaN compares false: the diverged run came first, as best
+        {"diverged": [(0, 2.0), (4, float("nan"))], "trained": [(0, 2.0), (4, 1.5)]}, 1.0, {}, {})
+    assert result.ranking == ["trained", "diverged"] and result.best == "trained"
+    source = tokenizers_en["sentencepiece"]
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        probed = vocabshift.probe(make_model("llama-untied", source), tokenizers_ru["sentencepiece"], ru_lines[:300],
+                                  ru_held[:20], methods=["mean"], source_tokenizer=source,
+                                  **{**PROBE, "learning_rate": 1e30})
+    assert probed.curves["mean"][-1][1] != probed.curves["mean"][-1][1]  # NaN
+    assert "The probe runs ['mean'] diverged" in caplog.text and "lower than 1e+30" in caplog.text

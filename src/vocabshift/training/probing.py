@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -41,6 +43,8 @@ from .plots import plot_curves, require_matplotlib
 
 __all__ = ["ProbeResult", "check_output_dir", "probe"]
 
+logger = logging.getLogger(__name__)
+
 SCORED_WINDOW = 512  # tokens per held-out window (evaluate's default), or the model's positions where fewer
 
 _OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),  # probe's loop reads no source text:
@@ -68,7 +72,9 @@ class ProbeResult:
     ranking: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ranking", sorted(self.curves, key=lambda m: self.curves[m][-1][1]))
+        # a run that diverged (NaN) ranks last: NaN compares false with everything, so it could have come first
+        last = {method: curve[-1][1] for method, curve in self.curves.items()}
+        object.__setattr__(self, "ranking", sorted(last, key=lambda m: (math.isnan(last[m]), last[m])))
 
     @property
     def best(self) -> str:
@@ -223,7 +229,17 @@ def probe(
                 "learning_rate": learning_rate, "weight_decay": weight_decay, "seed": seed, "mode": mode,
                 "held_out_lines": len(held_out_texts), "objectives": {k: w.to_dict() for k, w in weights.items()}}
     result = ProbeResult(curves, original, seconds, settings)
+    _warn_of_divergence(result)
     return result if output_dir is None else _write(result, Path(output_dir))
+
+
+def _warn_of_divergence(result: ProbeResult) -> None:
+    """Name the runs whose held-out bits per byte ended NaN or infinite (their rows diverged): ranked last."""
+    diverged = [method for method in result.ranking if not math.isfinite(result.curves[method][-1][1])]
+    if diverged:
+        logger.warning(f"The probe runs {diverged} diverged (held-out bits per byte NaN or infinite after "
+                       f"{result.settings['steps']} steps), so they rank last: probe again with a learning_rate "
+                       f"lower than {result.settings['learning_rate']:g}.")
 
 
 def _check(methods: Any, method_options: Any) -> dict[str, Any]:
