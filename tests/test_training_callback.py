@@ -472,6 +472,7 @@ def test_bfloat16_model_in_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, t
 
 @pytest.mark.parametrize("rows, match", [([0, 10**6], r"ids from 0 to 1000000 .* pass ids in \[0, "),
                                          ([-1], "ids from -1"), ("old", "rows='old' is invalid"),
+                                         ([2**70], "ids from 1180591620717411303424 to "),  # a raw ValueError
                                          ([], "non-empty list")])
 def test_refuses_bad_rows(tokenizers_en, tokenizers_ru, tmp_path, rows, match):
     model, _ = extended("llama-untied", tokenizers_en, tokenizers_ru)

@@ -89,13 +89,12 @@ def trainable_row_ids(model: Model, rows: str | Sequence[int]) -> torch.Tensor |
     rows = check_rows(rows)
     if isinstance(rows, str):
         return None if rows == "all" else _record_new_ids(model, num_rows, device)
-    ids = torch.tensor(rows, dtype=torch.long, device=device)
-    if ids[0] < 0 or ids[-1] >= num_rows:
+    if rows[0] < 0 or rows[-1] >= num_rows:  # checked as Python ints: an id past int64 fails to become a tensor
         raise InvalidArgumentError(
-            f"rows holds ids from {int(ids[0])} to {int(ids[-1])} but the embedding matrix has {num_rows} rows: "
+            f"rows holds ids from {rows[0]} to {rows[-1]} but the embedding matrix has {num_rows} rows: "
             f"pass ids in [0, {num_rows})."
         )
-    return ids
+    return torch.tensor(rows, dtype=torch.long, device=device)
 
 
 def check_rows(rows: Any) -> str | list[int]:
