@@ -18,7 +18,7 @@ from .arguments import check_choice, check_count, check_flag, check_seed
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
-from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError
+from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError, TrainingSetupError
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
 from .methods import InitContext
@@ -97,7 +97,7 @@ def extend_vocabulary(
         `VocabShiftError`: before the model is touched, as the subclass that names the problem:
             `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError`, `InvalidTokenizerError`,
             `TokenizerLoadError`, `TokenizerMismatchError`, `IncompatibleTokenizerError`, `NoNewTokensError`,
-            `UnsupportedModelError`, `MethodResultError`.
+            `UnsupportedModelError`, `MethodResultError`, `TrainingSetupError` (rows still split off for training).
 
     Example:
         ```python
@@ -117,6 +117,7 @@ def extend_vocabulary(
     check_texts = source_lines(source_texts)
     target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
+    _check_not_split(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
@@ -148,6 +149,22 @@ def extend_vocabulary(
     attach_sentencepiece(source, target, mode=mode, lines=[*check_texts, *(target_lines or [])])
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
+
+
+def _check_not_split(model: Model) -> None:
+    """Refuse a model whose rows are split off for training: its matrices hold zeros at those rows, which the new
+    rows would be built from and the resized matrices would keep, losing what the rows learned."""
+    from .training.cpt.rows import current_split  # here: vocabshift.training imports this module
+
+    split = current_split(model)
+    if split is not None:
+        raise TrainingSetupError(
+            f"{type(model).__name__}'s embedding rows are split off for training (freeze_for_embedding_training, or "
+            f"an EmbeddingOnlyCallback whose Trainer did not finish), so its matrices hold zeros at the "
+            f"{len(split.ids) if split.ids is not None else 0} rows that train: extending it would lose what they "
+            "learned. Fold them back first: trainable.fold() on what freeze_for_embedding_training returned, or "
+            "vocabshift.training.cpt.rows.current_split(model).fold()."
+        )
 
 
 def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_segmentation: Any) -> None:
