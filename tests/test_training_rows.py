@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, XGLMConfig, XGLMForCausalLM
 
 import vocabshift
 from conftest import DEVICES
@@ -142,3 +142,18 @@ def test_refuses_what_it_cannot_compose(tokenizers_en, tokenizers_ru):
     with pytest.raises(TrainingSetupError, match="already has split trainable rows: fold"):
         freeze_for_embedding_training(model, rows="new")
     trainable.fold()
+
+
+def test_a_lookup_scaled_by_a_float_composes(tokenizers_en, tokenizers_ru, ru_lines):
+    """XGLM's (and BioGPT's, TrOCR's) embed_scale is a float, not a buffer: the first forward of the split model raised
+    a raw AttributeError ('float' object has no attribute 'to')."""
+    source = tokenizers_en["sentencepiece"]
+    torch.manual_seed(0)
+    model = XGLMForCausalLM(XGLMConfig(vocab_size=len(source), d_model=32, ffn_dim=64, num_layers=1,
+                                       attention_heads=2, scale_embedding=True)).eval()
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source, method="mean")
+    ids = sample(tokenizer, ru_lines, "cpu")
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        with freeze_for_embedding_training(model, rows="new"):
+            torch.testing.assert_close(model(input_ids=ids).logits, expected)

@@ -247,9 +247,9 @@ def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict
         module.__dict__[LOOKUPS] = counter.to(found.device) + found.sum()
     weight = module.weight
     rows = F.embedding(slots.clamp(min=0), getattr(module, ROWS).to(weight.dtype), padding_idx=padding_slot)
-    scale = getattr(module, "embed_scale", None)  # Gemma-style scaled lookups
+    scale = getattr(module, "embed_scale", None)  # scaled lookups: a buffer (Gemma), or a float (XGLM, BioGPT)
     if scale is not None:
-        rows = rows * scale.to(weight.dtype)
+        rows = rows * (scale.to(weight.dtype) if isinstance(scale, torch.Tensor) else scale)
     return torch.where(found.unsqueeze(-1), rows, output)
 
 
