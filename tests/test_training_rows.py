@@ -157,3 +157,24 @@ def test_a_lookup_scaled_by_a_float_composes(tokenizers_en, tokenizers_ru, ru_li
         expected = model(input_ids=ids).logits
         with freeze_for_embedding_training(model, rows="new"):
             torch.testing.assert_close(model(input_ids=ids).logits, expected)
+
+
+class NormedEmbedding(torch.nn.Embedding):
+    """A lookup followed by a norm (as Inkling's): the split rows would skip the norm."""
+
+    def __init__(self, weight):
+        super().__init__(*weight.shape)
+        self.weight = weight
+        self.norm = torch.nn.LayerNorm(weight.shape[1])
+
+    def forward(self, input_ids):
+        return self.norm(super().forward(input_ids))
+
+
+def test_refuses_a_lookup_that_does_more_than_scale(tokenizers_en, tokenizers_ru):
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    model.model.embed_tokens = NormedEmbedding(model.model.embed_tokens.weight)  # it trained the rows without the norm
+    with pytest.raises(UnsupportedModelError, match=r"NormedEmbedding .*does more than scale.*rows='all'"):
+        freeze_for_embedding_training(model, rows="new")
+    assert "trainable_rows" not in dict(model.named_parameters())
+    freeze_for_embedding_training(model, rows="all")
