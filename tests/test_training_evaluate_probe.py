@@ -247,6 +247,10 @@ def test_evaluate_warns_of_text_the_original_tokenizer_cannot_spell(tokenizers_e
     warned = [r.getMessage() for r in caplog.records if "unk token" in r.getMessage()]
     assert len(warned) == 1 and "held-out tokens of the original model" in warned[0]
     assert "'<unk>', which stands for text the tokenizer cannot spell" in warned[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vocabshift"):  # written out, the unk token is text it spells
+        vocabshift.evaluate(model, tokenizer, [ru_held[0] + " <unk>"])
+    assert "unk token" not in caplog.text
 
 
 def test_probe_ranks_a_diverged_run_last(tokenizers_en, tokenizers_ru, ru_lines, ru_held, caplog):

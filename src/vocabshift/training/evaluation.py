@@ -203,7 +203,7 @@ def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, 
 def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str], options: dict[str, Any]
            ) -> ModelScores:
     ids, nll = token_nll(model, tokenizer, texts, **options)
-    _warn_of_unknown_tokens(label, tokenizer, ids)
+    _warn_of_unknown_tokens(label, tokenizer, ids, texts)
     new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
@@ -218,11 +218,15 @@ def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str],
     )
 
 
-def _warn_of_unknown_tokens(label: str, tokenizer: Tokenizer, ids: torch.Tensor) -> None:
+def _warn_of_unknown_tokens(label: str, tokenizer: Tokenizer, ids: torch.Tensor, texts: Sequence[str]) -> None:
     """A text the tokenizer cannot spell becomes its unk token, whose one prediction stands for all those bytes:
-    bits per byte then understate the model's loss (a model that always predicts unk scores well)."""
-    unknown = int((ids == tokenizer.unk_token_id).sum()) if tokenizer.unk_token_id is not None else 0
-    if unknown:
+    bits per byte then understate the model's loss (a model that always predicts unk scores well). The unk token
+    written out in the text (`<|endoftext|>`, GPT-2's and SmolLM2's unk) is text it spells."""
+    if tokenizer.unk_token_id is None:
+        return
+    written = sum(text.count(tokenizer.unk_token) for text in texts)
+    unknown = int((ids == tokenizer.unk_token_id).sum()) - written
+    if unknown > 0:
         logger.warning(f"{unknown} of the {len(ids)} held-out tokens of the {label} model ({unknown / len(ids):.1%}) "
                        f"are its tokenizer's unk token {tokenizer.unk_token!r}, which stands for text the tokenizer "
                        "cannot spell: its bits per byte and losses count each as one token, so they understate what "
