@@ -35,6 +35,8 @@ __all__ = [
     "check_rows",
     "freeze_body",
     "freeze_for_embedding_training",
+    "requires_grad_of",
+    "restore_requires_grad",
     "row_norms",
     "trainable_row_ids",
 ]
@@ -55,6 +57,18 @@ def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> lis
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in trainable)
     return embeddings
+
+
+def requires_grad_of(model: Model) -> dict[str, bool]:
+    """Which parameters require grad, by name: what `restore_requires_grad` gives back after training."""
+    return {name: parameter.requires_grad for name, parameter in model.named_parameters()}
+
+
+def restore_requires_grad(model: Model, flags: dict[str, bool]) -> None:
+    """Give each parameter named in `flags` its `requires_grad` back (a later Trainer trains what it did before)."""
+    for name, parameter in model.named_parameters():
+        if name in flags:
+            parameter.requires_grad_(flags[name])
 
 
 def check_not_an_adapter(model: Model) -> None:
