@@ -22,8 +22,8 @@ STAGES = [
     ("vocabshift.vocab", "vocabshift.save"),  # save writes a tokenizer.model in step (vocab.spm_file)
     ("vocabshift._vector_files", "vocabshift.wordvectors", "vocabshift.word_vector_training", "vocabshift.embeddings"),
     ("vocabshift.methods",),
-    ("vocabshift.inputs", "vocabshift.results", "vocabshift.assemble", "vocabshift.extension_record",
-     "vocabshift.extend"),
+    ("vocabshift.inputs", "vocabshift.results", "vocabshift.assemble", "vocabshift.extend_checks",
+     "vocabshift.extension_record", "vocabshift.extend"),
     ("vocabshift.training.texts", "vocabshift.training.cpt"),
     ("vocabshift.training.distill",),
     ("vocabshift.training",),

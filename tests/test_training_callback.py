@@ -472,6 +472,7 @@ def test_bfloat16_model_in_the_trainer(tokenizers_en, tokenizers_ru, ru_lines, t
 
 @pytest.mark.parametrize("rows, match", [([0, 10**6], r"ids from 0 to 1000000 .* pass ids in \[0, "),
                                          ([-1], "ids from -1"), ("old", "rows='old' is invalid"),
+                                         ([2**70], "ids from 1180591620717411303424 to "),  # a raw ValueError
                                          ([], "non-empty list")])
 def test_refuses_bad_rows(tokenizers_en, tokenizers_ru, tmp_path, rows, match):
     model, _ = extended("llama-untied", tokenizers_en, tokenizers_ru)
@@ -531,3 +532,19 @@ def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path,
     callback.on_init_end(args, None, None, model=model)
     assert len([p for p in model.parameters() if p.requires_grad]) == 2
     callback._run.rows.fold()
+
+
+@pytest.mark.parametrize("rows", ["new", "all"])
+def test_a_trainer_after_the_run_trains_what_it_did_before(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, rows):
+    """The body stayed frozen after training: a later Trainer on the model (full fine-tuning) trained its embeddings
+    alone, and said nothing."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    model.model.norm.weight.requires_grad_(False)  # frozen by the user before: it stays frozen
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[vocabshift.EmbeddingOnlyCallback(rows=rows)]).train()
+    assert {name: p.requires_grad for name, p in model.named_parameters()} == flags
+    before = snapshot(model)
+    Trainer(model=model, args=arguments(tmp_path / "2", max_steps=1), train_dataset=blocks(tokenizer, ru_lines)).train()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert "model.layers.0.mlp.down_proj.weight" in changed and "model.norm.weight" not in changed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 
@@ -204,3 +205,62 @@ def test_probe_refuses_bad_input(tokenizers_en, tokenizers_ru, ru_held):
     with pytest.raises(InvalidArgumentError, match="objectives='distillation' is invalid: pass a list"):
         vocabshift.probe(model, new, ru_held, ru_held, methods=["random"], objectives="distillation",
                          source_tokenizer=source)
+
+
+def test_probe_scores_a_model_of_fewer_than_512_positions(tokenizers_en, tokenizers_ru, ru_lines, ru_held):
+    source = tokenizers_en["sentencepiece"]
+    model = make_model("llama-untied", source)
+    model.config.max_position_embeddings = 256  # it refused them: "context_length=512 is longer than the 256 ..."
+    result = vocabshift.probe(model, tokenizers_ru["sentencepiece"], ru_lines[:300], ru_held[:20], methods=["mean"],
+                              source_tokenizer=source, **PROBE)
+    assert [step for step, _ in result.curves["mean"]] == [0, 2, 4]
+
+
+def test_texts_that_give_no_token_are_refused(pair, tokenizers_en):
+    wordpiece = copy.deepcopy(tokenizers_en["wordpiece"])  # its normalizer drops blanks, control and zero-width chars
+    wordpiece.bos_token = "[CLS]"
+    plain = make_model("llama-untied", wordpiece)
+    texts = ["\u200b\u200b", "\x00 \x01"]  # they scored 0.0 bits per byte, at a loss of nan
+    with pytest.raises(InvalidArgumentError, match=r"texts give no token under tokenizer\b.*Pass held-out lines"):
+        bits_per_byte(plain, wordpiece, texts)
+    with pytest.raises(InvalidArgumentError, match=r"texts give no token under tokenizer\b"):
+        vocabshift.evaluate(plain, wordpiece, texts)
+    model, tokenizer, _, _ = pair  # its byte fallback spells them: the original's tokenizer is refused, before scoring
+    with pytest.raises(InvalidArgumentError, match=r"texts give no token under original_tokenizer\b"):
+        vocabshift.evaluate(model, tokenizer, texts, original_model=plain, original_tokenizer=wordpiece)
+
+
+def test_evaluate_warns_of_text_the_original_tokenizer_cannot_spell(tokenizers_en, tokenizers_ru, ru_held, caplog):
+    source = tokenizers_en["unigram"]  # no byte fallback: Cyrillic it does not know becomes <unk>
+    original = make_model("llama-untied", source)
+    model = make_model("llama-untied", source)
+    tokenizer = model.extend_vocabulary(tokenizers_ru["unigram"], source_tokenizer=source)
+
+    def predict_unk(module, inputs, logits):  # a model that knows nothing of the text but <unk>
+        return torch.zeros_like(logits).index_fill_(-1, torch.tensor([source.unk_token_id]), 6.0)
+
+    original.lm_head.register_forward_hook(predict_unk)
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        result = vocabshift.evaluate(model, tokenizer, ru_held[:20], original_model=original,
+                                     original_tokenizer=source)
+    assert result.scores[1].bits_per_byte < 1.2  # better than a uniform guess over the bytes' tokens: misleading
+    warned = [r.getMessage() for r in caplog.records if "unk token" in r.getMessage()]
+    assert len(warned) == 1 and "held-out tokens of the original model" in warned[0]
+    assert "'<unk>', which stands for text the tokenizer cannot spell" in warned[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vocabshift"):  # written out, the unk token is text it spells
+        vocabshift.evaluate(model, tokenizer, [ru_held[0] + " <unk>"])
+    assert "unk token" not in caplog.text
+
+
+def test_probe_ranks_a_diverged_run_last(tokenizers_en, tokenizers_ru, ru_lines, ru_held, caplog):
+    result = vocabshift.training.probing.ProbeResult(  # NaN compares false: the diverged run came first, as best
+        {"diverged": [(0, 2.0), (4, float("nan"))], "trained": [(0, 2.0), (4, 1.5)]}, 1.0, {}, {})
+    assert result.ranking == ["trained", "diverged"] and result.best == "trained"
+    source = tokenizers_en["sentencepiece"]
+    with caplog.at_level("WARNING", logger="vocabshift"):
+        probed = vocabshift.probe(make_model("llama-untied", source), tokenizers_ru["sentencepiece"], ru_lines[:300],
+                                  ru_held[:20], methods=["mean"], source_tokenizer=source,
+                                  **{**PROBE, "learning_rate": 1e30})
+    assert probed.curves["mean"][-1][1] != probed.curves["mean"][-1][1]  # NaN
+    assert "The probe runs ['mean'] diverged" in caplog.text and "lower than 1e+30" in caplog.text

@@ -10,7 +10,7 @@ import torch
 import vocabshift
 from conftest import DEVICES
 from test_training_callback import blocks, extended
-from vocabshift.errors import InvalidArgumentError
+from vocabshift.errors import InvalidArgumentError, TrainingSetupError
 from vocabshift.training import EmbeddingOnlyCallback
 from vocabshift.training.cpt import embedding_parameters, freeze_for_embedding_training
 from vocabshift.training.cpt.freeze import check_rows
@@ -97,3 +97,20 @@ def test_rows_all_trains_the_whole_matrices(tokenizers_en, tokenizers_ru, ru_lin
     trainable.fold()
     old = old_mask(model)
     assert all(not torch.equal(p[old], b[old]) for p, b in zip(embedding_parameters(model), before))
+
+
+def test_a_model_with_split_rows_is_not_extended_again(tokenizers_en, tokenizers_ru, ru_lines):
+    """Its matrices hold zeros at the rows that train: extending it built the new rows from those zeros and the resized
+    matrices kept them, so the trained rows were lost (their norm 0.0 afterwards)."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    trainable = freeze_for_embedding_training(model, rows="new")
+    train(model, trainable.parameters, blocks(tokenizer, ru_lines)[:2])
+    trained = [p.detach().clone() for p in trainable.parameters]
+    again = tokenizers_ru["bytelevel"]
+    with pytest.raises(TrainingSetupError, match=r"rows are split off for training .* Fold them back first"):
+        model.extend_vocabulary(again, source_tokenizer=tokenizer)
+    assert trainable.is_split and all(torch.equal(p, t) for p, t in zip(trainable.parameters, trained))
+    trainable.fold()
+    new_ids = vocabshift.get_record(model).new_ids
+    model.extend_vocabulary(again, source_tokenizer=tokenizer)
+    assert torch.equal(model.get_input_embeddings().weight[new_ids], trained[0])  # what the rows learned is kept

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, XGLMConfig, XGLMForCausalLM
 
 import vocabshift
 from conftest import DEVICES
@@ -142,3 +142,39 @@ def test_refuses_what_it_cannot_compose(tokenizers_en, tokenizers_ru):
     with pytest.raises(TrainingSetupError, match="already has split trainable rows: fold"):
         freeze_for_embedding_training(model, rows="new")
     trainable.fold()
+
+
+def test_a_lookup_scaled_by_a_float_composes(tokenizers_en, tokenizers_ru, ru_lines):
+    """XGLM's (and BioGPT's, TrOCR's) embed_scale is a float, not a buffer: the first forward of the split model raised
+    a raw AttributeError ('float' object has no attribute 'to')."""
+    source = tokenizers_en["sentencepiece"]
+    torch.manual_seed(0)
+    model = XGLMForCausalLM(XGLMConfig(vocab_size=len(source), d_model=32, ffn_dim=64, num_layers=1,
+                                       attention_heads=2, scale_embedding=True)).eval()
+    tokenizer = model.extend_vocabulary(tokenizers_ru["sentencepiece"], source_tokenizer=source, method="mean")
+    ids = sample(tokenizer, ru_lines, "cpu")
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        with freeze_for_embedding_training(model, rows="new"):
+            torch.testing.assert_close(model(input_ids=ids).logits, expected)
+
+
+class NormedEmbedding(torch.nn.Embedding):
+    """A lookup followed by a norm (as Inkling's): the split rows would skip the norm."""
+
+    def __init__(self, weight):
+        super().__init__(*weight.shape)
+        self.weight = weight
+        self.norm = torch.nn.LayerNorm(weight.shape[1])
+
+    def forward(self, input_ids):
+        return self.norm(super().forward(input_ids))
+
+
+def test_refuses_a_lookup_that_does_more_than_scale(tokenizers_en, tokenizers_ru):
+    model, _ = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    model.model.embed_tokens = NormedEmbedding(model.model.embed_tokens.weight)  # it trained the rows without the norm
+    with pytest.raises(UnsupportedModelError, match=r"NormedEmbedding .*does more than scale.*rows='all'"):
+        freeze_for_embedding_training(model, rows="new")
+    assert "trainable_rows" not in dict(model.named_parameters())
+    freeze_for_embedding_training(model, rows="all")

@@ -22,6 +22,7 @@ from .vocab.load import fingerprint
 __all__ = [
     "MAX_PADDING_ROWS",
     "ORIGINALS",
+    "SPLIT",
     "EmbeddingNames",
     "Embeddings",
     "OriginalEmbeddings",
@@ -42,6 +43,8 @@ MAX_PADDING_ROWS = 4096
 
 # The model attribute that holds the embedding tensors a model had before replace mode (`OriginalEmbeddings`).
 ORIGINALS = "_vocabshift_original_embeddings"
+# The input embedding module's attribute that holds the rows split off for training (`training.cpt.rows`).
+SPLIT = "_vocabshift_split"
 
 
 @dataclass(frozen=True)

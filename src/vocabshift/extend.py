@@ -14,15 +14,18 @@ from typing import Any
 import torch
 
 from ._typing import Model, Tokenizer, TokenizerLike
-from .arguments import check_choice, check_count, check_flag, check_seed
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
-from .errors import InvalidArgumentError, NoNewTokensError, TokenizerLoadError, TokenizerMismatchError
+from .errors import (
+    NoNewTokensError,
+    TokenizerLoadError,
+)
+from .extend_checks import check_arguments, check_not_grown, check_not_split
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
 from .methods import InitContext
-from .record import ExtensionRecord, earlier_records, find_record, set_record
+from .record import ExtensionRecord, earlier_records, set_record
 from .registry import build_config, get_method
 from .results import check_result
 from .vocab.align import Alignment, align
@@ -37,8 +40,6 @@ __all__ = ["extend_vocabulary"]
 
 logger = logging.getLogger(__name__)
 _REPEATED = "new_tokenizer is the one this model was extended with before (its record keeps the fingerprint):"
-_MODES = ("extend", "replace")
-_MAX_MULTIPLE = 65536
 
 
 def extend_vocabulary(
@@ -97,7 +98,7 @@ def extend_vocabulary(
         `VocabShiftError`: before the model is touched, as the subclass that names the problem:
             `UnknownMethodError`, `MethodOptionError`, `InvalidArgumentError`, `InvalidTokenizerError`,
             `TokenizerLoadError`, `TokenizerMismatchError`, `IncompatibleTokenizerError`, `NoNewTokensError`,
-            `UnsupportedModelError`, `MethodResultError`.
+            `UnsupportedModelError`, `MethodResultError`, `TrainingSetupError` (rows still split off for training).
 
     Example:
         ```python
@@ -111,16 +112,17 @@ def extend_vocabulary(
     config = build_config(spec, method_options)
     if keep_source_segmentation is None:
         keep_source_segmentation = target_texts is not None and mode == "extend"
-    _check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
+    check_arguments(mode, pad_to_multiple_of, seed, keep_source_segmentation)
     call = Call(method, mode, seed, pad_to_multiple_of, keep_source_segmentation, source_texts is not None,
                 target_texts is not None, new_tokenizer_label(new_tokenizer), option_summary(method_options))
     check_texts = source_lines(source_texts)
     target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
+    check_not_split(model)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
-    _check_not_grown(model, embeddings.num_rows, len(source))
+    check_not_grown(model, embeddings.num_rows, len(source))
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts, target_texts=target_lines,
@@ -149,36 +151,6 @@ def extend_vocabulary(
     attach_sentencepiece(source, target, mode=mode, lines=[*check_texts, *(target_lines or [])])
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
-
-
-def _check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_segmentation: Any) -> None:
-    check_flag(keep_source_segmentation, name="keep_source_segmentation")
-    if keep_source_segmentation and mode != "extend":
-        raise InvalidArgumentError(
-            "keep_source_segmentation=True works in mode='extend' only: replace mode gives the model a new "
-            "vocabulary, which cuts every text anew."
-        )
-    check_choice(mode, _MODES, name="mode")
-    if pad_to_multiple_of is not None:  # bounded: the padding rows it adds take memory and disk as real ones
-        accepted = f"a positive int up to {_MAX_MULTIPLE:,} (e.g. 64) or None"
-        if check_count(pad_to_multiple_of, name="pad_to_multiple_of", accepted=accepted) > _MAX_MULTIPLE:
-            raise InvalidArgumentError(f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass {accepted}.")
-    check_seed(seed)
-
-
-def _check_not_grown(model: Model, rows: int, tokens: int) -> None:
-    """Refuse rows added after the last extension (a resize for tokens added to the tokenizer) that `source_tokenizer`
-    lacks: the new tokens would take their ids, and overwrite their rows (replace mode: drop them)."""
-    record = find_record(model)
-    if record is not None and tokens <= record.new_num_rows < rows:
-        raise TokenizerMismatchError(
-            f"source_tokenizer has {tokens} tokens, but the model has {rows} embedding rows, "
-            f"{rows - record.new_num_rows} more than its last extend_vocabulary call gave it ({record.new_num_rows}): "
-            "rows added after it (a resize "
-            "for tokens added to the tokenizer), which the new tokens would overwrite. Pass the tokenizer those "
-            f"tokens were added to as source_tokenizer; if the rows hold no token (a resize that only padded), "
-            f"model.resize_token_embeddings({record.new_num_rows}) removes them first."
-        )
 
 
 def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None:

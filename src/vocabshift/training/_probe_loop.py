@@ -41,10 +41,11 @@ class Batches:
 
 def train_probe_run(model: Any, tokenizer: Any, data: Batches, weights: DistillationWeights,
                     held_out: Sequence[str], *, rows: str, eval_every: int, lr: float, weight_decay: float,
-                    seed: int) -> list[tuple[int, float]]:
-    """Embedding-only AdamW steps; held-out bits per byte at step 0, every `eval_every` steps, and the end."""
-    def score() -> float:
-        return bits_per_byte(model, tokenizer, held_out)  # in eval mode, whatever the model's
+                    seed: int, scored_window: int) -> list[tuple[int, float]]:
+    """Embedding-only AdamW steps; held-out bits per byte (windows of `scored_window` tokens) at step 0, every
+    `eval_every` steps, and the end."""
+    def score() -> float:  # in eval mode, whatever the model's
+        return bits_per_byte(model, tokenizer, held_out, context_length=scored_window)
 
     trainable = freeze_for_embedding_training(model, rows=rows)
     optimizer = torch.optim.AdamW(trainable.parameters, lr=lr, weight_decay=weight_decay)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,9 +19,11 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..record import add_evaluation, new_ids_of
 from ..vocab.load import load_tokenizer
 from ..vocab.stats import tokens_per_word
-from .metrics import check_causal_lm, default_prefix, eval_mode, text_bytes, token_nll
+from .metrics import check_causal_lm, default_prefix, encode_texts, eval_mode, text_bytes, token_nll
 
 __all__ = ["Evaluation", "ModelScores", "eval_mode", "evaluate"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def evaluate(
         `Evaluation`: `print(evaluation)` gives a Markdown table; `evaluation.add_to_record(model)` stores it.
 
     Raises (all before any scoring):
-        `InvalidArgumentError`: texts that are not a non-empty list of non-blank strings, only one of
+        `InvalidArgumentError`: texts that are not a non-empty list of non-blank strings (or give no token), only one of
             `original_model` / `original_tokenizer`, `model` itself as `original_model`, a `context_length` below 2 or
             beyond the model's positions, a `batch_size` below 1 (`InvalidArgumentTypeError` for wrong types).
         `UnsupportedModelError`: a model without an LM head, or with its weights not loaded (meta device).
@@ -180,6 +183,8 @@ def evaluate(
     if original_model is not None:
         pairs.append(("original", original_model,
                       _checked_tokenizer(original_model, original_tokenizer, context_length, prefix="original_")))
+    for label, _, checked in pairs:  # before any scoring
+        encode_texts(checked, texts, argument="tokenizer" if label == "adapted" else "original_tokenizer")
     scores = tuple(_score(label, m, t, texts, options) for label, m, t in pairs)
     return Evaluation(scores, len(texts), text_bytes(texts))
 
@@ -198,6 +203,7 @@ def _checked_tokenizer(model: Model, tokenizer: Tokenizer, context_length: int, 
 def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str], options: dict[str, Any]
            ) -> ModelScores:
     ids, nll = token_nll(model, tokenizer, texts, **options)
+    _warn_of_unknown_tokens(label, tokenizer, ids, texts)
     new_ids = new_ids_of(model, ids.device)
     is_new = torch.isin(ids, new_ids) if new_ids is not None else None
     return ModelScores(
@@ -210,6 +216,22 @@ def _score(label: str, model: Model, tokenizer: Tokenizer, texts: Sequence[str],
         new_token_share=None if is_new is None else is_new.double().mean().item(),
         num_tokens=len(ids),
     )
+
+
+def _warn_of_unknown_tokens(label: str, tokenizer: Tokenizer, ids: torch.Tensor, texts: Sequence[str]) -> None:
+    """A text the tokenizer cannot spell becomes its unk token, whose one prediction stands for all those bytes:
+    bits per byte then understate the model's loss (a model that always predicts unk scores well). The unk token
+    written out in the text (`<|endoftext|>`, GPT-2's and SmolLM2's unk) is text it spells."""
+    if tokenizer.unk_token_id is None:
+        return
+    written = sum(text.count(tokenizer.unk_token) for text in texts)
+    unknown = int((ids == tokenizer.unk_token_id).sum()) - written
+    if unknown > 0:
+        logger.warning(f"{unknown} of the {len(ids)} held-out tokens of the {label} model ({unknown / len(ids):.1%}) "
+                       f"are its tokenizer's unk token {tokenizer.unk_token!r}, which stands for text the tokenizer "
+                       "cannot spell: its bits per byte and losses count each as one token, so they understate what "
+                       "the model misses of this text. Compare it only with models scored on text their tokenizers "
+                       "spell, or drop the lines it cannot spell.")
 
 
 def _mean(values: torch.Tensor) -> float | None:

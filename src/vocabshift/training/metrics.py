@@ -21,7 +21,8 @@ from ..embeddings import Embeddings, find_embeddings
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedModelError
 from ..vocab.load import load_tokenizer
 
-__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "eval_mode", "text_bytes", "token_nll"]
+__all__ = ["bits_per_byte", "check_causal_lm", "default_prefix", "encode_texts", "eval_mode", "text_bytes",
+           "token_nll"]
 
 
 @torch.no_grad()
@@ -47,8 +48,9 @@ def token_nll(
         text in order, on the CPU (the results; the model runs where it lives).
 
     Raises:
-        `InvalidArgumentError`: `texts` is empty, `context_length` below 2, `batch_size` below 1, `prefix_token_id`
-            not a row of the model, or the tokenizer has no bos or eos and no `prefix_token_id` is given.
+        `InvalidArgumentError`: `texts` is empty or gives no token, `context_length` below 2, `batch_size` below 1,
+            `prefix_token_id` not a row of the model, or the tokenizer has no bos or eos and no `prefix_token_id` is
+            given.
         `InvalidArgumentTypeError`: `texts` is not a list of strings, `model` not a model, or a count not an int.
         `UnsupportedModelError`: a model without an LM head or with weights not loaded.
         `InvalidTokenizerError`: `tokenizer` is not a fast tokenizer.
@@ -60,12 +62,28 @@ def token_nll(
                     argument="model")
     check_count(batch_size, name="batch_size")
     prefix = default_prefix(tokenizer) if prefix_token_id is None else _check_prefix(prefix_token_id, model)
-    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    encoded = encode_texts(tokenizer, texts, argument="tokenizer")
     step = context_length - 1
     windows = [[prefix, *text[i : i + step]] for text in encoded for i in range(0, len(text), step)]
     losses = _batched_nll(model, windows, batch_size)
     ids = torch.tensor([token for text in encoded for token in text], dtype=torch.long, device="cpu")
     return ids, torch.cat(losses) if losses else torch.zeros(0, device="cpu")
+
+
+def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], *, argument: str) -> list[list[int]]:
+    """The token ids of each text (no special tokens), once some text is known to give a token.
+
+    Raises:
+        `InvalidArgumentError`: no text gives a token (the tokenizer's normalizer drops every character of them:
+            blanks, control or zero-width characters), so their bytes would score 0 bits.
+    """
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    if not any(encoded):
+        named = f" ({tokenizer.name_or_path!r})" if tokenizer.name_or_path else ""
+        raise InvalidArgumentError(f"texts give no token under {argument}{named}: it drops every character of them "
+                                   "(blanks, control or zero-width characters), so they would score 0 bits per byte. "
+                                   "Pass held-out lines with text.")
+    return encoded
 
 
 def check_causal_lm(model: Model, *, argument: str) -> Embeddings:
@@ -105,12 +123,12 @@ def bits_per_byte(
         `InvalidArgumentError`: as `token_nll`, and texts without a byte.
     """
     texts = _check_texts(texts)  # read once: token_nll and text_bytes both go through them
-    _, nll = token_nll(
-        model, tokenizer, texts, context_length=context_length, batch_size=batch_size, prefix_token_id=prefix_token_id
-    )
     num_bytes = text_bytes(texts)
     if num_bytes == 0:
         raise InvalidArgumentError("texts holds only empty strings: pass held-out lines with text.")
+    _, nll = token_nll(
+        model, tokenizer, texts, context_length=context_length, batch_size=batch_size, prefix_token_id=prefix_token_id
+    )
     return nll.double().sum().item() / math.log(2) / num_bytes
 
 

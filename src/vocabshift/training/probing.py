@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -18,7 +20,15 @@ from typing import Any
 from huggingface_hub.utils import tqdm
 
 from .._typing import Model, TokenizerLike
-from ..arguments import check_count, check_output_path, check_positions, check_rate, check_seed, check_texts
+from ..arguments import (
+    check_count,
+    check_output_path,
+    check_positions,
+    check_rate,
+    check_seed,
+    check_texts,
+    model_positions,
+)
 from ..atomic import atomic_write_text
 from ..embeddings import check_tokenizer
 from ..errors import InvalidArgumentError, ModelFolderError
@@ -32,6 +42,10 @@ from .metrics import bits_per_byte, check_causal_lm
 from .plots import plot_curves, require_matplotlib
 
 __all__ = ["ProbeResult", "check_output_dir", "probe"]
+
+logger = logging.getLogger(__name__)
+
+SCORED_WINDOW = 512  # tokens per held-out window (evaluate's default), or the model's positions where fewer
 
 _OBJECTIVES = {"next_token": DistillationWeights.next_token_only(),  # probe's loop reads no source text:
                "distillation": DistillationWeights(source=0.0)}  # its report says so
@@ -58,7 +72,9 @@ class ProbeResult:
     ranking: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ranking", sorted(self.curves, key=lambda m: self.curves[m][-1][1]))
+        # a run that diverged (NaN) ranks last: NaN compares false with everything, so it could have come first
+        last = {method: curve[-1][1] for method, curve in self.curves.items()}
+        object.__setattr__(self, "ranking", sorted(last, key=lambda m: (math.isnan(last[m]), last[m])))
 
     @property
     def best(self) -> str:
@@ -194,7 +210,8 @@ def probe(
     source = load_tokenizer(source_tokenizer if source_tokenizer is not None else model.name_or_path,
                             argument="source_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")  # before the original is scored
-    original = bits_per_byte(model, source, held_out_texts)  # in eval mode, whatever the model's
+    scoring = min(SCORED_WINDOW, model_positions(model) or SCORED_WINDOW)  # a model of fewer positions scores too
+    original = bits_per_byte(model, source, held_out_texts, context_length=scoring)  # in eval mode
     curves, seconds, data = {}, {}, None
     for method, (label, objective) in tqdm(list(itertools.product(methods, weights.items())), desc="Probing"):
         start = time.perf_counter()
@@ -204,14 +221,25 @@ def probe(
         data = data or Batches(model, tokenizer, source, train_texts, steps, batch_size, context_length, seed)
         name = method if len(weights) == 1 else f"{method} / {label}"
         curves[name] = train_probe_run(candidate, tokenizer, data, objective, held_out_texts, rows=rows,
-                                       eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed)
+                                       eval_every=eval_every, lr=learning_rate, weight_decay=weight_decay, seed=seed,
+                                       scored_window=scoring)
         seconds[name] = time.perf_counter() - start
         del candidate
     settings = {"steps": steps, "batch_size": batch_size, "context_length": context_length, "rows": rows,
                 "learning_rate": learning_rate, "weight_decay": weight_decay, "seed": seed, "mode": mode,
                 "held_out_lines": len(held_out_texts), "objectives": {k: w.to_dict() for k, w in weights.items()}}
     result = ProbeResult(curves, original, seconds, settings)
+    _warn_of_divergence(result)
     return result if output_dir is None else _write(result, Path(output_dir))
+
+
+def _warn_of_divergence(result: ProbeResult) -> None:
+    """Name the runs whose held-out bits per byte ended NaN or infinite (their rows diverged): ranked last."""
+    diverged = [method for method in result.ranking if not math.isfinite(result.curves[method][-1][1])]
+    if diverged:
+        logger.warning(f"The probe runs {diverged} diverged (held-out bits per byte NaN or infinite after "
+                       f"{result.settings['steps']} steps), so they rank last: probe again with a learning_rate "
+                       f"lower than {result.settings['learning_rate']:g}.")
 
 
 def _check(methods: Any, method_options: Any) -> dict[str, Any]:

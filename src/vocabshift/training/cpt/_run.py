@@ -44,6 +44,7 @@ class Run:
         learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
         resumed_from: the step the run resumed from (0 when it started), for the record: the Trainer's
             `train_loss` is the mean over the steps after it.
+        requires_grad: each parameter's `requires_grad` before the body was frozen, given back when training ends.
     """
 
     ids: torch.Tensor | None
@@ -60,6 +61,7 @@ class Run:
     checked_lookups: bool = False
     learning_rate: float | None = None
     resumed_from: int = 0
+    requires_grad: dict[str, bool] = field(default_factory=dict)
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:

@@ -34,7 +34,15 @@ from ._run import (
     warn_of_a_zero_loss,
     warn_of_unseen_rows,
 )
-from .freeze import check_not_an_adapter, check_rows, freeze_body, row_norms, trainable_row_ids
+from .freeze import (
+    check_not_an_adapter,
+    check_rows,
+    freeze_body,
+    requires_grad_of,
+    restore_requires_grad,
+    row_norms,
+    trainable_row_ids,
+)
 from .rows import embedding_parameters, fold_an_earlier_split, split_rows
 from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
@@ -159,12 +167,12 @@ class EmbeddingOnlyCallback(TrainerCallback):
             )
         if optimizer is not None and ids is not None:
             raise TrainingSetupError(PREBUILT.format(rows=self.rows))
-        stage = self.second_stage
+        flags, stage = requires_grad_of(model), self.second_stage
         tuner = inject_lora(model, stage.lora, seed=args.seed) if stage is not None and stage.lora else None
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
         self._model = model
-        self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner)
+        self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner, requires_grad=flags)
         check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
@@ -260,8 +268,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: Model | None = None, **kwargs: Any) -> None:
-        """Fold the trained rows back, remove hooks, merge LoRA adapters, append the run to the record (not a run of
-        no step: it trained nothing)."""
+        """Fold the trained rows back, remove hooks, merge LoRA adapters, give each parameter its `requires_grad`
+        back, append the run to the record (not a run of no step: it trained nothing)."""
         self._close()
         if trained_nothing(state):
             return
@@ -276,6 +284,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if run.tuner is not None:
             merge_lora(run.tuner)
             run.tuner = None
+        restore_requires_grad(run.rows.model, run.requires_grad)  # a later Trainer trains what it did before
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         run = self._started()

@@ -35,6 +35,8 @@ __all__ = [
     "check_rows",
     "freeze_body",
     "freeze_for_embedding_training",
+    "requires_grad_of",
+    "restore_requires_grad",
     "row_norms",
     "trainable_row_ids",
 ]
@@ -55,6 +57,18 @@ def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> lis
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in trainable)
     return embeddings
+
+
+def requires_grad_of(model: Model) -> dict[str, bool]:
+    """Which parameters require grad, by name: what `restore_requires_grad` gives back after training."""
+    return {name: parameter.requires_grad for name, parameter in model.named_parameters()}
+
+
+def restore_requires_grad(model: Model, flags: dict[str, bool]) -> None:
+    """Give each parameter named in `flags` its `requires_grad` back (a later Trainer trains what it did before)."""
+    for name, parameter in model.named_parameters():
+        if name in flags:
+            parameter.requires_grad_(flags[name])
 
 
 def check_not_an_adapter(model: Model) -> None:
@@ -89,13 +103,12 @@ def trainable_row_ids(model: Model, rows: str | Sequence[int]) -> torch.Tensor |
     rows = check_rows(rows)
     if isinstance(rows, str):
         return None if rows == "all" else _record_new_ids(model, num_rows, device)
-    ids = torch.tensor(rows, dtype=torch.long, device=device)
-    if ids[0] < 0 or ids[-1] >= num_rows:
+    if rows[0] < 0 or rows[-1] >= num_rows:  # checked as Python ints: an id past int64 fails to become a tensor
         raise InvalidArgumentError(
-            f"rows holds ids from {int(ids[0])} to {int(ids[-1])} but the embedding matrix has {num_rows} rows: "
+            f"rows holds ids from {rows[0]} to {rows[-1]} but the embedding matrix has {num_rows} rows: "
             f"pass ids in [0, {num_rows})."
         )
-    return ids
+    return torch.tensor(rows, dtype=torch.long, device=device)
 
 
 def check_rows(rows: Any) -> str | list[int]:

@@ -29,14 +29,13 @@ import torch
 import torch.nn.functional as F
 
 from ..._typing import Model
-from ...embeddings import find_embeddings
+from ...embeddings import SPLIT, find_embeddings
 from ...errors import TrainingSetupError, UnsupportedModelError
 from ._fold import IDS, ROWS, SLOTS, drop_rows, fold_state, split_state, write_rows
 
 __all__ = ["TrainableRows", "current_split", "embedding_parameters", "fold_an_earlier_split", "split_rows"]
 
 logger = logging.getLogger(__name__)
-SPLIT = "_vocabshift_split"
 LOOKUPS = "_vocabshift_lookups"  # the input module's count of looked-up ids that are trainable rows (a tensor)
 
 
@@ -174,11 +173,12 @@ def fold_an_earlier_split(model: Model) -> None:
 
 def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> None:
     if not isinstance(inputs, torch.nn.Embedding) or inputs.max_norm is not None or inputs.sparse \
-            or inputs.scale_grad_by_freq:
+            or inputs.scale_grad_by_freq or not _plain_or_scaled(inputs):
         raise UnsupportedModelError(
-            f"The input embeddings are a {type(inputs).__name__} (max_norm, sparse or scale_grad_by_freq set, or not "
-            "an nn.Embedding): vocabshift composes trainable rows only for plain nn.Embedding lookups. Train every "
-            "row (rows='all') instead."
+            f"The input embeddings are a {type(inputs).__name__} (max_norm, sparse or scale_grad_by_freq set, a "
+            "lookup that does more than scale its rows, as a norm, or not an nn.Embedding): vocabshift composes "
+            "trainable rows only for plain (or embed_scale-scaled) nn.Embedding lookups. Train every row "
+            "(rows='all') instead."
         )
     plain = isinstance(head, torch.nn.Linear) and type(head).forward is torch.nn.Linear.forward
     if head is not None and not plain:
@@ -199,6 +199,14 @@ def _check_modules(inputs: torch.nn.Embedding, head: torch.nn.Linear | None) -> 
                 f"{type(module).__name__} already has split trainable rows: fold the earlier split "
                 "(vocabshift.training.cpt.rows.current_split(model).fold()) before splitting again."
             )
+
+
+def _plain_or_scaled(module: torch.nn.Embedding) -> bool:
+    """nn.Embedding's own lookup, or one that only multiplies it by `embed_scale` (what the lookup hook does for the
+    trainable rows): a subclass with modules of its own (a norm after the lookup) would skip them for those rows."""
+    if type(module).forward is torch.nn.Embedding.forward:
+        return True
+    return getattr(module, "embed_scale", None) is not None and not any(True for _ in module.children())
 
 
 def _new_rows(weight: torch.Tensor, ids: torch.Tensor) -> torch.nn.Parameter:
@@ -247,9 +255,9 @@ def _lookup_hook(module: torch.nn.Embedding, args: tuple[Any, ...], kwargs: dict
         module.__dict__[LOOKUPS] = counter.to(found.device) + found.sum()
     weight = module.weight
     rows = F.embedding(slots.clamp(min=0), getattr(module, ROWS).to(weight.dtype), padding_idx=padding_slot)
-    scale = getattr(module, "embed_scale", None)  # Gemma-style scaled lookups
+    scale = getattr(module, "embed_scale", None)  # scaled lookups: a buffer (Gemma), or a float (XGLM, BioGPT)
     if scale is not None:
-        rows = rows * scale.to(weight.dtype)
+        rows = rows * (scale.to(weight.dtype) if isinstance(scale, torch.Tensor) else scale)
     return torch.where(found.unsqueeze(-1), rows, output)
 
 

@@ -1,0 +1,61 @@
+"""What `extend_vocabulary` checks before it touches the model: its arguments, and a model whose rows are not what
+its record and tokenizer say (split off for training, or grown after the last extension)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._typing import Model
+from .arguments import check_choice, check_count, check_flag, check_seed
+from .embeddings import SPLIT, find_embeddings
+from .errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupError
+from .record import find_record
+
+__all__ = ["check_arguments", "check_not_grown", "check_not_split"]
+
+_MODES = ("extend", "replace")
+_MAX_MULTIPLE = 65536
+
+
+def check_arguments(mode: Any, pad_to_multiple_of: Any, seed: Any, keep_source_segmentation: Any) -> None:
+    check_flag(keep_source_segmentation, name="keep_source_segmentation")
+    if keep_source_segmentation and mode != "extend":
+        raise InvalidArgumentError(
+            "keep_source_segmentation=True works in mode='extend' only: replace mode gives the model a new "
+            "vocabulary, which cuts every text anew."
+        )
+    check_choice(mode, _MODES, name="mode")
+    if pad_to_multiple_of is not None:  # bounded: the padding rows it adds take memory and disk as real ones
+        accepted = f"a positive int up to {_MAX_MULTIPLE:,} (e.g. 64) or None"
+        if check_count(pad_to_multiple_of, name="pad_to_multiple_of", accepted=accepted) > _MAX_MULTIPLE:
+            raise InvalidArgumentError(f"pad_to_multiple_of={pad_to_multiple_of!r} is invalid: pass {accepted}.")
+    check_seed(seed)
+
+
+def check_not_split(model: Model) -> None:
+    """Refuse a model whose rows are split off for training: its matrices hold zeros at those rows, which the new
+    rows would be built from and the resized matrices would keep, losing what the rows learned."""
+    split = find_embeddings(model).input.__dict__.get(SPLIT)
+    if split is not None:
+        raise TrainingSetupError(
+            f"{type(model).__name__}'s embedding rows are split off for training (freeze_for_embedding_training, or "
+            f"an EmbeddingOnlyCallback whose Trainer did not finish), so its matrices hold zeros at the "
+            f"{len(split.ids) if split.ids is not None else 0} rows that train: extending it would lose what they "
+            "learned. Fold them back first: trainable.fold() on what freeze_for_embedding_training returned, or "
+            "vocabshift.training.cpt.rows.current_split(model).fold()."
+        )
+
+
+def check_not_grown(model: Model, rows: int, tokens: int) -> None:
+    """Refuse rows added after the last extension (a resize for tokens added to the tokenizer) that `source_tokenizer`
+    lacks: the new tokens would take their ids, and overwrite their rows (replace mode: drop them)."""
+    record = find_record(model)
+    if record is not None and tokens <= record.new_num_rows < rows:
+        raise TokenizerMismatchError(
+            f"source_tokenizer has {tokens} tokens, but the model has {rows} embedding rows, "
+            f"{rows - record.new_num_rows} more than its last extend_vocabulary call gave it ({record.new_num_rows}): "
+            "rows added after it (a resize for tokens added to the tokenizer), which the new tokens would overwrite. "
+            "Pass the tokenizer those tokens were added to as source_tokenizer; if the rows hold no token (a resize "
+            "that only padded), "
+            f"model.resize_token_embeddings({record.new_num_rows}) removes them first."
+        )
