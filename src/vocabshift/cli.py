@@ -12,6 +12,7 @@ Python API's parameters (`--pad-to-multiple-of` for `pad_to_multiple_of`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import logging
@@ -44,6 +45,7 @@ from .vocab.load import load_tokenizer
 
 __all__ = ["build_parser", "main"]
 
+_CLOSED_PIPE = 141  # 128 + SIGPIPE, the shell's code for a writer whose reader went away
 _ORDER = ("tokenizer", "extend", "train", "probe", "evaluate", "propagate", "card", "push", "gguf", "inspect",
           "methods")
 
@@ -196,7 +198,13 @@ def _run(args: argparse.Namespace) -> int:
     """Run the command; expected errors, an unreachable Hub and interruptions become a message and an exit code."""
     try:
         _check_one_process(args.command)
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit ("Exception ignored ...")
+        return code
+    except BrokenPipeError:  # stdout's reader is gone (`| head`): end quietly, as a process that SIGPIPE ends
+        with contextlib.suppress(OSError, ValueError):  # the exit's flush goes nowhere rather than fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _CLOSED_PIPE
     except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
         print(f"error: {_refused_token(error) or error}", file=sys.stderr)
         return 1
