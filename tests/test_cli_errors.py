@@ -146,3 +146,15 @@ def test_the_input_folder_as_output_is_refused(folders, tokenizers_ru, tmp_path,
     holds = "the folder of" if output == "model" else "a folder holding"
     assert code == 1 and f"error: output_dir='{out}' is {holds} the input model='{model}'" in err, err
     assert _contents(model) == before
+
+
+@pytest.mark.parametrize("command", [["extend", "{model}", "{model}", "{out}", "--source-texts", "-",
+                                      "--target-texts", "-"],
+                                     ["train", "{model}", "-", "{out}", "--source-texts", "-"]])
+def test_standard_input_for_two_arguments(folders, tmp_path, capsys, command):
+    """Standard input is read once: the second '-' read nothing, and its error said it "holds no text"."""
+    argv = [word.format(model=folders / "model", out=tmp_path / "out") for word in command]
+    code, err = _run(argv, capsys)
+    both = "--source-texts and --target-texts" if command[0] == "extend" else "texts and --source-texts"
+    assert code == 1 and err.startswith(f"error: {both} are both '-' (standard input), which can be read once: "), err
+    assert not (tmp_path / "out").exists()

@@ -30,7 +30,7 @@ from . import cli_evaluate, cli_publish, cli_train  # noqa: F401  (register thei
 from ._version import __version__
 from .assemble import ROW_MULTIPLE
 from .atomic import atomic_folder
-from .cli_common import SUBCOMMANDS, arg, check_output, load_model, subcommand
+from .cli_common import SUBCOMMANDS, arg, check_output, check_stdin_once, load_model, subcommand
 from .cli_types import POSITIVE_INT, SEED, given_path, shard_size
 from .corpus import read_texts
 from .errors import InvalidArgumentError, VocabShiftError
@@ -114,6 +114,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
 )
 def cmd_extend(args: argparse.Namespace) -> int:
     files = {f"--option {key}": value for key, value in args.option if isinstance(value, str)}  # e.g. word_vectors
+    check_stdin_once(**{"--source-texts": args.source_texts, "--target-texts": args.target_texts})
     check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
                  source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts,
                  **files)

@@ -23,8 +23,8 @@ from .headers import CONFIG_ERRORS, adapter_fix, read_config
 from .shard_index import check_folder_files, folder_files
 from .vocab.load import load_tokenizer
 
-__all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "load_model", "model_tokenizer",
-           "subcommand"]
+__all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "check_stdin_once", "load_model",
+           "model_tokenizer", "subcommand"]
 
 Argument = tuple[tuple[str, ...], dict[str, Any]]
 Command = Callable[[argparse.Namespace], int]
@@ -146,6 +146,19 @@ def check_output(output: str, *, holds: str = "model", **inputs: str | None) -> 
     """
     check_apart(output, name="output_dir", **inputs)
     check_replaceable(output, name="output_dir", holds=holds)
+
+
+def check_stdin_once(**texts: str | None) -> None:
+    """At most one of `texts` (text arguments by their names on the command line) is '-': standard input can be
+    read once, and a second argument would read it empty.
+
+    Raises:
+        `InvalidArgumentError`: naming the arguments.
+    """
+    given = [name for name, value in texts.items() if value == "-"]
+    if len(given) > 1:
+        raise InvalidArgumentError(f"{' and '.join(given)} are both '-' (standard input), which can be read once: "
+                                   "save all but one of them to a file and pass its path.")
 
 
 def _check_model_path(path: str, argument: str) -> None:
