@@ -158,3 +158,18 @@ def test_standard_input_for_two_arguments(folders, tmp_path, capsys, command):
     both = "--source-texts and --target-texts" if command[0] == "extend" else "texts and --source-texts"
     assert code == 1 and err.startswith(f"error: {both} are both '-' (standard input), which can be read once: "), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("options", "message"), [(["--method", "nope"], "error: Unknown method 'nope'"),
+                                                  (["--option", "foo=1"], "error: Unknown option 'foo' for method"),
+                                                  (["--option", "input_norm=no"], "error: Option input_norm='no'"),
+                                                  (["--method", "focus"], "error: Method 'focus' needs exactly one")])
+def test_extend_checks_the_method_and_its_options_before_loading_the_model(folders, tmp_path, capsys, monkeypatch,
+                                                                           options, message):
+    """A mistyped --method or --option was named only after the model was loaded (minutes for a large one)."""
+    def load_model(path, **_):
+        raise AssertionError(f"{path} was loaded")
+
+    monkeypatch.setattr("vocabshift.cli.load_model", load_model)
+    code, err = _run(["extend", folders / "model", folders / "model", tmp_path / "out", *options], capsys)
+    assert code == 1 and err.startswith(message), err

@@ -38,7 +38,7 @@ from .extend import extend_vocabulary
 from .inputs import check_helper_vocabulary
 from .propagation import read_input_embeddings
 from .record import get_record, note_command
-from .registry import get_method, list_methods
+from .registry import build_config, get_method, list_methods
 from .save import save_pretrained_atomic
 from .vocab import train_tokenizer
 from .vocab.load import load_tokenizer
@@ -138,7 +138,9 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 def _method_options(args: argparse.Namespace) -> dict[str, Any]:
     """The --option values; `helper_model=PATH` (SALT's helper, which the API takes as a model or its matrix) becomes
-    the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it."""
+    the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it. They
+    are checked against `--method` before the model is loaded (a mistyped one would cost the load)."""
+    spec = get_method(args.method)
     options = dict(args.option)
     own = [name for name in inspect.signature(extend_vocabulary).parameters if name != "method_options"]
     for key in options:
@@ -154,6 +156,7 @@ def _method_options(args: argparse.Namespace) -> dict[str, Any]:
         matrix, folder = read_input_embeddings(options["helper_model"], role="--option helper_model")
         check_helper_vocabulary(folder, load_tokenizer(args.new_tokenizer, argument="new_tokenizer"))
         options["helper_model"] = matrix
+    build_config(spec, options)
     return options
 
 
