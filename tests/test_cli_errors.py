@@ -173,3 +173,21 @@ def test_extend_checks_the_method_and_its_options_before_loading_the_model(folde
     monkeypatch.setattr("vocabshift.cli.load_model", load_model)
     code, err = _run(["extend", folders / "model", folders / "model", tmp_path / "out", *options], capsys)
     assert code == 1 and err.startswith(message), err
+
+
+@pytest.mark.parametrize(("method", "message"), [
+    ("nope", "error: Unknown method 'nope'. Available: "),
+    ("focus", "error: --methods focus cannot run in vocabshift probe, which passes no method options: Method "
+              "'focus' needs exactly one of word_vectors=..."),
+    ("salt", "error: --methods salt cannot run in vocabshift probe, which passes no method options: Method 'salt' "
+             "needs helper_model=...")])
+def test_probe_checks_its_methods_before_loading_the_model(folders, tmp_path, capsys, monkeypatch, method, message):
+    """A method probe cannot run was named after the model was loaded, with a fix (pass word_vectors=...) that the
+    command has no flag for."""
+    def load_model(path, **_):
+        raise AssertionError(f"{path} was loaded")
+
+    monkeypatch.setattr("vocabshift.cli_evaluate.load_model", load_model)
+    code, err = _run(["probe", folders / "model", folders / "model", folders / "texts.txt", "--methods", "mean",
+                      method, "--held-out", "1", "--output-dir", tmp_path / "probe"], capsys)
+    assert code == 1 and err.startswith(message), err
