@@ -191,3 +191,15 @@ def test_probe_checks_its_methods_before_loading_the_model(folders, tmp_path, ca
     code, err = _run(["probe", folders / "model", folders / "model", folders / "texts.txt", "--methods", "mean",
                       method, "--held-out", "1", "--output-dir", tmp_path / "probe"], capsys)
     assert code == 1 and err.startswith(message), err
+
+
+def test_train_next_token_refuses_distillation_flags_before_loading_the_model(folders, tmp_path, capsys, monkeypatch):
+    """--objective next_token with --teacher-share was refused only once the model was loaded."""
+    def load_model(path, **_):
+        raise AssertionError(f"{path} was loaded")
+
+    monkeypatch.setattr("vocabshift.cli_train.load_model", load_model)
+    code, err = _run(["train", folders / "model", folders / "texts.txt", tmp_path / "out", "--objective",
+                      "next_token", "--teacher-share", "0.5"], capsys)
+    assert code == 1 and err.startswith("error: --teacher-share applies to distillation only, and this run trains "
+                                        "with cross-entropy (--objective next_token)"), err

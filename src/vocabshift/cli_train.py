@@ -78,6 +78,8 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
 )
 def cmd_train(args: argparse.Namespace) -> int:
     check_stdin_once(texts=args.texts, **{"--source-texts": args.source_texts})
+    if args.objective == "next_token":  # before loading the model (auto is told from its record)
+        _check_no_distillation_flags(args)
     check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts,
                  teacher_model=args.teacher_model, teacher_tokenizer=args.teacher_tokenizer)
     texts = read_texts(args.texts)
