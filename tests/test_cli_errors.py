@@ -163,7 +163,9 @@ def test_standard_input_for_two_arguments(folders, tmp_path, capsys, command):
 @pytest.mark.parametrize(("options", "message"), [(["--method", "nope"], "error: Unknown method 'nope'"),
                                                   (["--option", "foo=1"], "error: Unknown option 'foo' for method"),
                                                   (["--option", "input_norm=no"], "error: Option input_norm='no'"),
-                                                  (["--method", "focus"], "error: Method 'focus' needs exactly one")])
+                                                  (["--method", "focus"], "error: Method 'focus' needs exactly one"),
+                                                  (["--mode", "replace", "--keep-source-segmentation"],
+                                                   "error: --keep-source-segmentation works with --mode extend only")])
 def test_extend_checks_the_method_and_its_options_before_loading_the_model(folders, tmp_path, capsys, monkeypatch,
                                                                            options, message):
     """A mistyped --method or --option was named only after the model was loaded (minutes for a large one)."""

@@ -114,7 +114,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
 )
 def cmd_extend(args: argparse.Namespace) -> int:
     files = {f"--option {key}": value for key, value in args.option if isinstance(value, str)}  # e.g. word_vectors
-    check_stdin_once(**{"--source-texts": args.source_texts, "--target-texts": args.target_texts})
+    _check_flags(args)
     check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
                  source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts,
                  **files)
@@ -134,6 +134,14 @@ def cmd_extend(args: argparse.Namespace) -> int:
           f"vocabulary {record.old_vocab_size:,} -> {record.new_vocab_size:,}, rows {record.old_num_rows:,} -> "
           f"{record.new_num_rows:,}")
     return 0
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags of extend that contradict each other, refused before anything is read."""
+    check_stdin_once(**{"--source-texts": args.source_texts, "--target-texts": args.target_texts})
+    if args.keep_source_segmentation and args.mode != "extend":
+        raise InvalidArgumentError("--keep-source-segmentation works with --mode extend only: replace mode gives the "
+                                   "model a new vocabulary, which cuts every text anew. Leave the flag out.")
 
 
 def _method_options(args: argparse.Namespace) -> dict[str, Any]:
