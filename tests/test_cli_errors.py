@@ -205,3 +205,16 @@ def test_train_next_token_refuses_distillation_flags_before_loading_the_model(fo
                       "next_token", "--teacher-share", "0.5"], capsys)
     assert code == 1 and err.startswith("error: --teacher-share applies to distillation only, and this run trains "
                                         "with cross-entropy (--objective next_token)"), err
+
+
+@pytest.mark.parametrize("command", [["extend", "{model}", "{model}", "{out}"],
+                                     ["train", "{model}", "{model}", "{out}"],
+                                     ["tokenizer", "{model}", "{texts}", "{out}"]])
+def test_an_output_folder_that_is_a_file_is_named(folders, tmp_path, capsys, command):
+    """The message said "'.../notes.txt' is a file", without naming the argument."""
+    out = tmp_path / "notes.txt"
+    out.write_text("notes\n")
+    argv = [word.format(model=folders / "model", texts=folders / "texts.txt", out=out) for word in command]
+    code, err = _run(argv, capsys)
+    assert code == 1 and err.startswith(f"error: output_dir='{out}' is a file: pass a folder path"), err
+    assert out.read_text() == "notes\n"
