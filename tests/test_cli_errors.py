@@ -61,6 +61,8 @@ USAGE = [
     (["extend", "m", "n", "o", "--max-shard-size", "lots"], "--max-shard-size: max_shard_size='lots' is not a shard"),
     (["extend", "m", "n", "o", "--max-shard-size", "0MB"], "--max-shard-size: max_shard_size='0MB' is not a shard"),
     (["evaluate", "m", "t", "--max-lines", "0"], "argument --max-lines: '0' is not an integer >= 1"),
+    (["extend", "m", "n", "o", "--option", "helper_model="], "argument --option: 'helper_model=' has an empty value"),
+    (["extend", "m", "n", "o", "--option", "word_vectors= "], "argument --option: 'word_vectors= ' has an empty"),
     (["push", "f", "a/b/c"], "argument repo_id: repo_id='a/b/c' is not a Hub repo id"),
     (["push", "f", "my model"], "argument repo_id: repo_id='my model' is not a Hub repo id"),
     (["push", "f", "me/x", "--revision", "a b"], "argument --revision: revision='a b' is not a branch name"),

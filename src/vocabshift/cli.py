@@ -51,10 +51,14 @@ _ORDER = ("tokenizer", "extend", "train", "probe", "evaluate", "propagate", "car
 
 
 def _key_value(text: str) -> tuple[str, Any]:
-    """`key=value`; the value is read as JSON when it is a JSON number, boolean or null, else kept as a string."""
+    """`key=value`; the value is read as JSON when it is a JSON number, boolean or null, else kept as a string (a
+    non-blank one: no option takes an empty string)."""
     key, separator, value = text.partition("=")
     if not separator or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not key=value (e.g. --option input_weighting=char_length)")
+    if not value.strip():  # an unset shell variable: a path option would read "" as the current folder
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty value: pass key=value (e.g. --option "
+                                         "word_vectors=ru.bin), or leave the option out for its default")
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError:
