@@ -4,6 +4,7 @@ cannot be right, `error: ...` (exit code 1) for inputs whose files are wrong; ne
 from __future__ import annotations
 
 import pytest
+import torch
 
 import vocabshift
 from conftest import make_model
@@ -220,3 +221,20 @@ def test_an_output_folder_that_is_a_file_is_named(folders, tmp_path, capsys, com
     code, err = _run(argv, capsys)
     assert code == 1 and err.startswith(f"error: output_dir='{out}' is a file: pass a folder path"), err
     assert out.read_text() == "notes\n"
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+                                                          "a total capacity of 79.19 GiB\nOf the allocated memory"),
+                                   RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                                                "can't allocate memory: you tried to allocate 4503599627370496 bytes")])
+def test_train_out_of_memory(folders, tmp_path, capsys, monkeypatch, error):
+    """A batch too large for the device ended in torch's traceback (CUDA) or a raw RuntimeError's (CPU)."""
+    def trainer_for(*_):
+        raise error
+
+    monkeypatch.setattr("vocabshift.cli_train.trainer_for", trainer_for)
+    code, err = _run(["train", folders / "model", folders / "texts.txt", tmp_path / "out", "--rows", "all",
+                      "--objective", "next_token", "--batch-size", "512"], capsys)
+    first = str(error).splitlines()[0]
+    assert code == 1 and err.endswith(f"\nerror: out of memory ({first}): lower --batch-size or --context-length.\n")
+    assert not (tmp_path / "out").exists()

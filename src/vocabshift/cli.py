@@ -23,6 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HTTPError, RepositoryNotFoundError
 
@@ -45,6 +46,7 @@ from .vocab.load import load_tokenizer
 
 __all__ = ["build_parser", "main"]
 
+_MEMORY_FIXES = {command: "lower --batch-size or --context-length" for command in ("train", "probe")}
 _CLOSED_PIPE = 141  # 128 + SIGPIPE, the shell's code for a writer whose reader went away
 _ORDER = ("tokenizer", "extend", "train", "probe", "evaluate", "propagate", "card", "push", "gguf", "inspect",
           "methods")
@@ -228,6 +230,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: the Hub at {constants.ENDPOINT} could not be reached ({type(error).__name__}: {error}): check "
               "the network, HF_ENDPOINT and the proxy settings.", file=sys.stderr)
         return 1
+    except (RuntimeError, MemoryError) as error:  # a batch or a model larger than the memory left
+        if (message := _out_of_memory(args.command, error)) is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: outputs are written to temporary siblings, removed here
         print("interrupted: nothing half-written is left (outputs are written to temporary siblings and renamed into "
               "place when complete)", file=sys.stderr)
@@ -242,6 +249,16 @@ def _check_one_process(command: str) -> None:
         raise InvalidArgumentError(f"vocabshift {command} runs in one process, and this one was started by a launcher "
                                    f"with WORLD_SIZE={world}: run it without torchrun or accelerate launch (only "
                                    "vocabshift train trains across processes).")
+
+
+def _out_of_memory(command: str, error: BaseException) -> str | None:
+    """What to say of an allocation that failed (torch's OutOfMemoryError on an accelerator, a RuntimeError of its
+    CPU allocator, Python's MemoryError), None for any other error."""
+    if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and "can't allocate memory" not in str(error):
+        return None
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    fix = _MEMORY_FIXES.get(command, "free memory (close other processes), or run on a machine with more")
+    return f"out of memory ({first}): {fix}."
 
 
 class _Terminated(KeyboardInterrupt):
