@@ -238,3 +238,12 @@ def test_train_out_of_memory(folders, tmp_path, capsys, monkeypatch, error):
     first = str(error).splitlines()[0]
     assert code == 1 and err.endswith(f"\nerror: out of memory ({first}): lower --batch-size or --context-length.\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_path_that_is_not_utf8(folders, tmp_path, capsys):
+    """A name of bytes that are not UTF-8 (Python's '\\udcff' for b'\\xff'): the Rust writers (safetensors,
+    tokenizers) and the temporary sibling's name failed on it with a raw UnicodeEncodeError."""
+    out = tmp_path / "out\udcff"
+    code, err = _run(["extend", folders / "model", folders / "model", out], capsys)
+    assert code == 1 and err.startswith(f"error: output_dir={str(out)!r} is not UTF-8 ('\\udcff' at character "), err
+    assert not out.exists()
