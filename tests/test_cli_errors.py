@@ -247,3 +247,11 @@ def test_an_output_path_that_is_not_utf8(folders, tmp_path, capsys):
     code, err = _run(["extend", folders / "model", folders / "model", out], capsys)
     assert code == 1 and err.startswith(f"error: output_dir={str(out)!r} is not UTF-8 ('\\udcff' at character "), err
     assert not out.exists()
+
+
+def test_an_empty_model_path(folders, tmp_path, capsys, monkeypatch):
+    """`vocabshift extend "$MODEL" ...` with MODEL unset, run in a model folder: '' is the current folder to Path,
+    and the message blamed a Hub repo id ("Repo id must use alphanumeric chars")."""
+    monkeypatch.chdir(folders / "model")
+    code, err = _run(["extend", "", folders / "model", tmp_path / "out"], capsys)
+    assert code == 1 and err == "error: model is an empty path: pass a path.\n", err

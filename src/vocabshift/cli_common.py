@@ -16,7 +16,7 @@ from typing import Any
 import transformers
 
 from ._typing import Model, Tokenizer
-from .arguments import check_apart, check_output_path, check_repo_id, offline_miss
+from .arguments import check_apart, check_output_path, check_path, check_repo_id, offline_miss
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
 from .headers import CONFIG_ERRORS, adapter_fix, read_config
@@ -163,7 +163,7 @@ def check_stdin_once(**texts: str | None) -> None:
 
 def _check_model_path(path: str, argument: str) -> None:
     """A folder with config.json, or something that can be a Hub repo id (checked before anything is loaded)."""
-    folder = Path(path)
+    folder = check_path(path, name=argument)  # "" would be the current folder
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             fix = adapter_fix(folder) or "pass a folder written by save_pretrained, or a Hub repo id."
