@@ -3,12 +3,14 @@ cannot be right, `error: ...` (exit code 1) for inputs whose files are wrong; ne
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
 import vocabshift
 from conftest import make_model
-from vocabshift.cli import main
+from vocabshift.cli import build_parser, main
 
 
 def _run(argv, capsys):
@@ -255,3 +257,20 @@ def test_an_empty_model_path(folders, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(folders / "model")
     code, err = _run(["extend", "", folders / "model", tmp_path / "out"], capsys)
     assert code == 1 and err == "error: model is an empty path: pass a path.\n", err
+
+
+def test_evaluate_a_model_of_fewer_positions_than_the_default_window(folders, tmp_path, capsys):
+    """A model of 256 positions: evaluate refused the API's 512-token window with "pass at most 256", and the
+    command had no flag to pass it with."""
+    import json
+    import shutil
+
+    folder = shutil.copytree(folders / "model", tmp_path / "short")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 256}))
+    code, err = _run(["evaluate", folder, folders / "texts.txt"], capsys)
+    assert code == 1 and "context_length=512 is longer than the 256 positions" in err, err
+    code, err = _run(["evaluate", folder, folders / "texts.txt", "--context-length", "256"], capsys)
+    assert code == 0, err
+    default = inspect.signature(vocabshift.evaluate).parameters["context_length"].default
+    assert build_parser().parse_args(["evaluate", "m", "t"]).context_length == default

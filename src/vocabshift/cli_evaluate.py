@@ -30,6 +30,8 @@ __all__: list[str] = []
     arg("texts", help=f"held-out text: {TEXTS}"),
     arg("--original-model", type=given_path, help="the original model folder or Hub id, scored with its own tokenizer"),
     arg("--max-lines", type=POSITIVE_INT, help="score only the first N lines"),
+    arg("--context-length", type=CONTEXT, default=512,
+        help="tokens per scored window, prefix included (default: 512; at most the model's positions)"),
     arg("--add-to-record", action="store_true", help="store the result in the folder's config.json record"),
 )
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -50,7 +52,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.original_model:
         original = {"original_tokenizer": model_tokenizer(args.original_model, argument="--original-model"),
                     "original_model": load_model(args.original_model, argument="--original-model")}
-    result = evaluate(model, tokenizer, texts, **original)
+    result = evaluate(model, tokenizer, texts, context_length=args.context_length, **original)
     print(result)
     if args.add_to_record:
         result.add_to_record(model)
