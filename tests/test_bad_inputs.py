@@ -651,6 +651,8 @@ API = {
                         "language=5 is invalid"),
     "card datasets=[None]": (lambda w: vocabshift.model_card(w.root / "extended", datasets=[None]),
                              E.InvalidArgumentTypeError, "datasets=[None] is invalid"),
+    "card of ''": (lambda w: vocabshift.model_card(""), E.InvalidArgumentError,  # it described the current folder
+                   "folder_or_model is an empty path"),
     "card base_model=''": (lambda w: vocabshift.model_card(w.root / "extended", base_model=""),
                            E.InvalidArgumentTypeError, "base_model='' is invalid"),
     "card base_model='org/m--v2'": (lambda w: vocabshift.model_card(w.root / "extended", base_model="org/m--v2"),

@@ -167,6 +167,21 @@ def test_ctrl_c_ends_the_command_without_a_traceback():
     assert result.stderr.startswith("interrupted: nothing half-written is left")
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_closed_pipe_ends_the_command_quietly(unbuffered):
+    """`vocabshift inspect out | head -1`: the reader is gone before the output is written (here: before the command
+    starts); no `error: [Errno 32] Broken pipe` nor `Exception ignored ... BrokenPipeError`, and SIGPIPE's exit code."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "vocabshift", "methods"], stdout=write, stderr=subprocess.PIPE,
+                                text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
+                                                             "PYTHONUNBUFFERED": unbuffered})
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, ""), result.stderr
+
+
 def test_version():
     result = run("--version")
     assert result.stdout.strip() == f"vocabshift {vocabshift.__version__}"

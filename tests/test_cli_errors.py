@@ -3,11 +3,14 @@ cannot be right, `error: ...` (exit code 1) for inputs whose files are wrong; ne
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+import torch
 
 import vocabshift
 from conftest import make_model
-from vocabshift.cli import main
+from vocabshift.cli import build_parser, main
 
 
 def _run(argv, capsys):
@@ -61,6 +64,8 @@ USAGE = [
     (["extend", "m", "n", "o", "--max-shard-size", "lots"], "--max-shard-size: max_shard_size='lots' is not a shard"),
     (["extend", "m", "n", "o", "--max-shard-size", "0MB"], "--max-shard-size: max_shard_size='0MB' is not a shard"),
     (["evaluate", "m", "t", "--max-lines", "0"], "argument --max-lines: '0' is not an integer >= 1"),
+    (["extend", "m", "n", "o", "--option", "helper_model="], "argument --option: 'helper_model=' has an empty value"),
+    (["extend", "m", "n", "o", "--option", "word_vectors= "], "argument --option: 'word_vectors= ' has an empty"),
     (["push", "f", "a/b/c"], "argument repo_id: repo_id='a/b/c' is not a Hub repo id"),
     (["push", "f", "my model"], "argument repo_id: repo_id='my model' is not a Hub repo id"),
     (["push", "f", "me/x", "--revision", "a b"], "argument --revision: revision='a b' is not a branch name"),
@@ -146,3 +151,126 @@ def test_the_input_folder_as_output_is_refused(folders, tokenizers_ru, tmp_path,
     holds = "the folder of" if output == "model" else "a folder holding"
     assert code == 1 and f"error: output_dir='{out}' is {holds} the input model='{model}'" in err, err
     assert _contents(model) == before
+
+
+@pytest.mark.parametrize("command", [["extend", "{model}", "{model}", "{out}", "--source-texts", "-",
+                                      "--target-texts", "-"],
+                                     ["train", "{model}", "-", "{out}", "--source-texts", "-"]])
+def test_standard_input_for_two_arguments(folders, tmp_path, capsys, command):
+    """Standard input is read once: the second '-' read nothing, and its error said it "holds no text"."""
+    argv = [word.format(model=folders / "model", out=tmp_path / "out") for word in command]
+    code, err = _run(argv, capsys)
+    both = "--source-texts and --target-texts" if command[0] == "extend" else "texts and --source-texts"
+    assert code == 1 and err.startswith(f"error: {both} are both '-' (standard input), which can be read once: "), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("options", "message"), [(["--method", "nope"], "error: Unknown method 'nope'"),
+                                                  (["--option", "foo=1"], "error: Unknown option 'foo' for method"),
+                                                  (["--option", "input_norm=no"], "error: Option input_norm='no'"),
+                                                  (["--method", "focus"], "error: Method 'focus' needs exactly one"),
+                                                  (["--mode", "replace", "--keep-source-segmentation"],
+                                                   "error: --keep-source-segmentation works with --mode extend only")])
+def test_extend_checks_the_method_and_its_options_before_loading_the_model(folders, tmp_path, capsys, monkeypatch,
+                                                                           options, message):
+    """A mistyped --method or --option was named only after the model was loaded (minutes for a large one)."""
+    def load_model(path, **_):
+        raise AssertionError(f"{path} was loaded")
+
+    monkeypatch.setattr("vocabshift.cli.load_model", load_model)
+    code, err = _run(["extend", folders / "model", folders / "model", tmp_path / "out", *options], capsys)
+    assert code == 1 and err.startswith(message), err
+
+
+@pytest.mark.parametrize(("method", "message"), [
+    ("nope", "error: Unknown method 'nope'. Available: "),
+    ("focus", "error: --methods focus cannot run in vocabshift probe, which passes no method options: Method "
+              "'focus' needs exactly one of word_vectors=..."),
+    ("salt", "error: --methods salt cannot run in vocabshift probe, which passes no method options: Method 'salt' "
+             "needs helper_model=...")])
+def test_probe_checks_its_methods_before_loading_the_model(folders, tmp_path, capsys, monkeypatch, method, message):
+    """A method probe cannot run was named after the model was loaded, with a fix (pass word_vectors=...) that the
+    command has no flag for."""
+    def load_model(path, **_):
+        raise AssertionError(f"{path} was loaded")
+
+    monkeypatch.setattr("vocabshift.cli_evaluate.load_model", load_model)
+    code, err = _run(["probe", folders / "model", folders / "model", folders / "texts.txt", "--methods", "mean",
+                      method, "--held-out", "1", "--output-dir", tmp_path / "probe"], capsys)
+    assert code == 1 and err.startswith(message), err
+
+
+def test_train_next_token_refuses_distillation_flags_before_loading_the_model(folders, tmp_path, capsys, monkeypatch):
+    """--objective next_token with --teacher-share was refused only once the model was loaded."""
+    def load_model(path, **_):
+        raise AssertionError(f"{path} was loaded")
+
+    monkeypatch.setattr("vocabshift.cli_train.load_model", load_model)
+    code, err = _run(["train", folders / "model", folders / "texts.txt", tmp_path / "out", "--objective",
+                      "next_token", "--teacher-share", "0.5"], capsys)
+    assert code == 1 and err.startswith("error: --teacher-share applies to distillation only, and this run trains "
+                                        "with cross-entropy (--objective next_token)"), err
+
+
+@pytest.mark.parametrize("command", [["extend", "{model}", "{model}", "{out}"],
+                                     ["train", "{model}", "{model}", "{out}"],
+                                     ["tokenizer", "{model}", "{texts}", "{out}"]])
+def test_an_output_folder_that_is_a_file_is_named(folders, tmp_path, capsys, command):
+    """The message said "'.../notes.txt' is a file", without naming the argument."""
+    out = tmp_path / "notes.txt"
+    out.write_text("notes\n")
+    argv = [word.format(model=folders / "model", texts=folders / "texts.txt", out=out) for word in command]
+    code, err = _run(argv, capsys)
+    assert code == 1 and err.startswith(f"error: output_dir='{out}' is a file: pass a folder path"), err
+    assert out.read_text() == "notes\n"
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+                                                          "a total capacity of 79.19 GiB\nOf the allocated memory"),
+                                   RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                                                "can't allocate memory: you tried to allocate 4503599627370496 bytes")])
+def test_train_out_of_memory(folders, tmp_path, capsys, monkeypatch, error):
+    """A batch too large for the device ended in torch's traceback (CUDA) or a raw RuntimeError's (CPU)."""
+    def trainer_for(*_):
+        raise error
+
+    monkeypatch.setattr("vocabshift.cli_train.trainer_for", trainer_for)
+    code, err = _run(["train", folders / "model", folders / "texts.txt", tmp_path / "out", "--rows", "all",
+                      "--objective", "next_token", "--batch-size", "512"], capsys)
+    first = str(error).splitlines()[0]
+    assert code == 1 and err.endswith(f"\nerror: out of memory ({first}): lower --batch-size or --context-length.\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_path_that_is_not_utf8(folders, tmp_path, capsys):
+    """A name of bytes that are not UTF-8 (Python's '\\udcff' for b'\\xff'): the Rust writers (safetensors,
+    tokenizers) and the temporary sibling's name failed on it with a raw UnicodeEncodeError."""
+    out = tmp_path / "out\udcff"
+    code, err = _run(["extend", folders / "model", folders / "model", out], capsys)
+    assert code == 1 and err.startswith(f"error: output_dir={str(out)!r} is not UTF-8 ('\\udcff' at character "), err
+    assert not out.exists()
+
+
+def test_an_empty_model_path(folders, tmp_path, capsys, monkeypatch):
+    """`vocabshift extend "$MODEL" ...` with MODEL unset, run in a model folder: '' is the current folder to Path,
+    and the message blamed a Hub repo id ("Repo id must use alphanumeric chars")."""
+    monkeypatch.chdir(folders / "model")
+    code, err = _run(["extend", "", folders / "model", tmp_path / "out"], capsys)
+    assert code == 1 and err == "error: model is an empty path: pass a path.\n", err
+
+
+def test_evaluate_a_model_of_fewer_positions_than_the_default_window(folders, tmp_path, capsys):
+    """A model of 256 positions: evaluate refused the API's 512-token window with "pass at most 256", and the
+    command had no flag to pass it with."""
+    import json
+    import shutil
+
+    folder = shutil.copytree(folders / "model", tmp_path / "short")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 256}))
+    code, err = _run(["evaluate", folder, folders / "texts.txt"], capsys)
+    assert code == 1 and "context_length=512 is longer than the 256 positions" in err, err
+    code, err = _run(["evaluate", folder, folders / "texts.txt", "--context-length", "256"], capsys)
+    assert code == 0, err
+    default = inspect.signature(vocabshift.evaluate).parameters["context_length"].default
+    assert build_parser().parse_args(["evaluate", "m", "t"]).context_length == default

@@ -142,6 +142,10 @@ def check_output_path(value: Any, *, name: str) -> Path:
     points: the output is written there, and the link kept (as `save_pretrained` writes through it); one that leads
     back to itself is refused."""
     path = check_path(value, name=name)
+    if found := _SURROGATE.search(str(value)):  # bytes that are not UTF-8, as Python reads them from the OS
+        raise InvalidArgumentError(f"{name}={str(value)!r} is not UTF-8 ({found.group()!r} at character "
+                                   f"{found.start()}): safetensors, tokenizers and vocabshift write files with UTF-8 "
+                                   "names only; pass a path in UTF-8.")
     home = str(value).split(os.sep, 1)[0]
     if home.startswith("~") and not Path(home).exists():
         raise InvalidArgumentError(f"{name}={str(value)!r} starts with {home!r}, which vocabshift does not expand (a "

@@ -117,7 +117,7 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
             "whole: the shell would be left in a deleted folder. Pass a new folder inside it, e.g. 'out'."
         )
     if target.exists() and not target.is_dir():
-        raise ModelFolderError(f"{str(folder)!r} is a file: pass a folder path for the output.")
+        raise ModelFolderError(f"{name}={str(folder)!r} is a file: pass a folder path for the output.")
     if not target.is_dir() or not any(target.iterdir()):
         return target
     if holds == "model" and not (target / "config.json").is_file():

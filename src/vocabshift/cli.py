@@ -12,6 +12,7 @@ Python API's parameters (`--pad-to-multiple-of` for `pad_to_multiple_of`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import logging
@@ -22,6 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HTTPError, RepositoryNotFoundError
 
@@ -29,7 +31,7 @@ from . import cli_evaluate, cli_publish, cli_train  # noqa: F401  (register thei
 from ._version import __version__
 from .assemble import ROW_MULTIPLE
 from .atomic import atomic_folder
-from .cli_common import SUBCOMMANDS, arg, check_output, load_model, subcommand
+from .cli_common import SUBCOMMANDS, arg, check_output, check_stdin_once, load_model, subcommand
 from .cli_types import POSITIVE_INT, SEED, given_path, shard_size
 from .corpus import read_texts
 from .errors import InvalidArgumentError, VocabShiftError
@@ -37,22 +39,29 @@ from .extend import extend_vocabulary
 from .inputs import check_helper_vocabulary
 from .propagation import read_input_embeddings
 from .record import get_record, note_command
-from .registry import get_method, list_methods
+from .registry import build_config, get_method, list_methods
 from .save import save_pretrained_atomic
 from .vocab import train_tokenizer
 from .vocab.load import load_tokenizer
 
 __all__ = ["build_parser", "main"]
 
+_MEMORY_FIXES = {"train": "lower --batch-size or --context-length", "probe": "lower --batch-size or --context-length",
+                 "evaluate": "lower --context-length"}
+_CLOSED_PIPE = 141  # 128 + SIGPIPE, the shell's code for a writer whose reader went away
 _ORDER = ("tokenizer", "extend", "train", "probe", "evaluate", "propagate", "card", "push", "gguf", "inspect",
           "methods")
 
 
 def _key_value(text: str) -> tuple[str, Any]:
-    """`key=value`; the value is read as JSON when it is a JSON number, boolean or null, else kept as a string."""
+    """`key=value`; the value is read as JSON when it is a JSON number, boolean or null, else kept as a string (a
+    non-blank one: no option takes an empty string)."""
     key, separator, value = text.partition("=")
     if not separator or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not key=value (e.g. --option input_weighting=char_length)")
+    if not value.strip():  # an unset shell variable: a path option would read "" as the current folder
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty value: pass key=value (e.g. --option "
+                                         "word_vectors=ru.bin), or leave the option out for its default")
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError:
@@ -112,6 +121,7 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
 )
 def cmd_extend(args: argparse.Namespace) -> int:
     files = {f"--option {key}": value for key, value in args.option if isinstance(value, str)}  # e.g. word_vectors
+    _check_flags(args)
     check_output(args.output_dir, model=args.model, new_tokenizer=args.new_tokenizer,
                  source_tokenizer=args.source_tokenizer, source_texts=args.source_texts, target_texts=args.target_texts,
                  **files)
@@ -133,9 +143,19 @@ def cmd_extend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags of extend that contradict each other, refused before anything is read."""
+    check_stdin_once(**{"--source-texts": args.source_texts, "--target-texts": args.target_texts})
+    if args.keep_source_segmentation and args.mode != "extend":
+        raise InvalidArgumentError("--keep-source-segmentation works with --mode extend only: replace mode gives the "
+                                   "model a new vocabulary, which cuts every text anew. Leave the flag out.")
+
+
 def _method_options(args: argparse.Namespace) -> dict[str, Any]:
     """The --option values; `helper_model=PATH` (SALT's helper, which the API takes as a model or its matrix) becomes
-    the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it."""
+    the input embedding matrix read from the helper's shards, checked against the tokenizer saved beside it. They
+    are checked against `--method` before the model is loaded (a mistyped one would cost the load)."""
+    spec = get_method(args.method)
     options = dict(args.option)
     own = [name for name in inspect.signature(extend_vocabulary).parameters if name != "method_options"]
     for key in options:
@@ -151,6 +171,7 @@ def _method_options(args: argparse.Namespace) -> dict[str, Any]:
         matrix, folder = read_input_embeddings(options["helper_model"], role="--option helper_model")
         check_helper_vocabulary(folder, load_tokenizer(args.new_tokenizer, argument="new_tokenizer"))
         options["helper_model"] = matrix
+    build_config(spec, options)
     return options
 
 
@@ -196,13 +217,24 @@ def _run(args: argparse.Namespace) -> int:
     """Run the command; expected errors, an unreachable Hub and interruptions become a message and an exit code."""
     try:
         _check_one_process(args.command)
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit ("Exception ignored ...")
+        return code
+    except BrokenPipeError:  # stdout's reader is gone (`| head`): end quietly, as a process that SIGPIPE ends
+        with contextlib.suppress(OSError, ValueError):  # the exit's flush goes nowhere rather than fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _CLOSED_PIPE
     except (VocabShiftError, HfHubHTTPError, OSError, ImportError) as error:  # expected: the message says what to do
         print(f"error: {_refused_token(error) or error}", file=sys.stderr)
         return 1
     except HTTPError as error:  # no answer from the Hub (HfHubHTTPError above is an answer: a refusal)
         print(f"error: the Hub at {constants.ENDPOINT} could not be reached ({type(error).__name__}: {error}): check "
               "the network, HF_ENDPOINT and the proxy settings.", file=sys.stderr)
+        return 1
+    except (RuntimeError, MemoryError) as error:  # a batch or a model larger than the memory left
+        if (message := _out_of_memory(args.command, error)) is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: outputs are written to temporary siblings, removed here
         print("interrupted: nothing half-written is left (outputs are written to temporary siblings and renamed into "
@@ -218,6 +250,16 @@ def _check_one_process(command: str) -> None:
         raise InvalidArgumentError(f"vocabshift {command} runs in one process, and this one was started by a launcher "
                                    f"with WORLD_SIZE={world}: run it without torchrun or accelerate launch (only "
                                    "vocabshift train trains across processes).")
+
+
+def _out_of_memory(command: str, error: BaseException) -> str | None:
+    """What to say of an allocation that failed (torch's OutOfMemoryError on an accelerator, a RuntimeError of its
+    CPU allocator, Python's MemoryError), None for any other error."""
+    if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and "can't allocate memory" not in str(error):
+        return None
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    fix = _MEMORY_FIXES.get(command, "free memory (close other processes), or run on a machine with more")
+    return f"out of memory ({first}): {fix}."
 
 
 class _Terminated(KeyboardInterrupt):

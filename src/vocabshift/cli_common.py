@@ -16,15 +16,15 @@ from typing import Any
 import transformers
 
 from ._typing import Model, Tokenizer
-from .arguments import check_apart, check_output_path, check_repo_id, offline_miss
+from .arguments import check_apart, check_output_path, check_path, check_repo_id, offline_miss
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
 from .headers import CONFIG_ERRORS, adapter_fix, read_config
 from .shard_index import check_folder_files, folder_files
 from .vocab.load import load_tokenizer
 
-__all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "load_model", "model_tokenizer",
-           "subcommand"]
+__all__ = ["SUBCOMMANDS", "Argument", "arg", "card_output", "check_output", "check_stdin_once", "load_model",
+           "model_tokenizer", "subcommand"]
 
 Argument = tuple[tuple[str, ...], dict[str, Any]]
 Command = Callable[[argparse.Namespace], int]
@@ -148,9 +148,22 @@ def check_output(output: str, *, holds: str = "model", **inputs: str | None) -> 
     check_replaceable(output, name="output_dir", holds=holds)
 
 
+def check_stdin_once(**texts: str | None) -> None:
+    """At most one of `texts` (text arguments by their names on the command line) is '-': standard input can be
+    read once, and a second argument would read it empty.
+
+    Raises:
+        `InvalidArgumentError`: naming the arguments.
+    """
+    given = [name for name, value in texts.items() if value == "-"]
+    if len(given) > 1:
+        raise InvalidArgumentError(f"{' and '.join(given)} are both '-' (standard input), which can be read once: "
+                                   "save all but one of them to a file and pass its path.")
+
+
 def _check_model_path(path: str, argument: str) -> None:
     """A folder with config.json, or something that can be a Hub repo id (checked before anything is loaded)."""
-    folder = Path(path)
+    folder = check_path(path, name=argument)  # "" would be the current folder
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             fix = adapter_fix(folder) or "pass a folder written by save_pretrained, or a Hub repo id."

@@ -13,8 +13,9 @@ from .cli_common import arg, load_model, model_tokenizer, subcommand
 from .cli_train import TEXTS
 from .cli_types import CONTEXT, POSITIVE_INT, POSITIVE_RATE, SEED, given_path
 from .corpus import read_texts
-from .errors import InvalidArgumentError, RecordError
+from .errors import InvalidArgumentError, MethodOptionError, RecordError
 from .record import find_record, store_record
+from .registry import build_config, get_method
 from .training import evaluate, probe
 from .training.probing import check_output_dir
 
@@ -29,6 +30,8 @@ __all__: list[str] = []
     arg("texts", help=f"held-out text: {TEXTS}"),
     arg("--original-model", type=given_path, help="the original model folder or Hub id, scored with its own tokenizer"),
     arg("--max-lines", type=POSITIVE_INT, help="score only the first N lines"),
+    arg("--context-length", type=CONTEXT, default=512,
+        help="tokens per scored window, prefix included (default: 512; at most the model's positions)"),
     arg("--add-to-record", action="store_true", help="store the result in the folder's config.json record"),
 )
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -49,7 +52,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.original_model:
         original = {"original_tokenizer": model_tokenizer(args.original_model, argument="--original-model"),
                     "original_model": load_model(args.original_model, argument="--original-model")}
-    result = evaluate(model, tokenizer, texts, **original)
+    result = evaluate(model, tokenizer, texts, context_length=args.context_length, **original)
     print(result)
     if args.add_to_record:
         result.add_to_record(model)
@@ -90,7 +93,9 @@ def _rewrite_record(folder: Path, model: Model) -> None:
     arg("model", help="the model folder or Hub id before extend_vocabulary"),
     arg("new_tokenizer", help="target-language tokenizer: folder, tokenizer.json or Hub id"),
     arg("texts", help=f"target-language text: {TEXTS}"),
-    arg("--methods", nargs="+", required=True, help="method names (see `vocabshift methods`)"),
+    arg("--methods", nargs="+", required=True,
+        help="method names (see `vocabshift methods`); one that needs an option (word vectors, a helper model) is "
+             "probed from Python, vocabshift.probe(..., method_options=...)"),
     arg("--objectives", nargs="+", default=["next_token"], choices=("next_token", "distillation"),
         help="training objectives to compare on the same batches (default: next_token)"),
     arg("--held-out", type=POSITIVE_INT, default=200, help="last N lines of TEXTS held out for scoring (default: 200)"),
@@ -108,6 +113,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     for flag, values in (("--methods", args.methods), ("--objectives", args.objectives or [])):
         if repeated := sorted({value for value in values if values.count(value) > 1}):
             raise InvalidArgumentError(f"{flag} names {', '.join(repeated)} more than once: name each once.")
+    for method in args.methods:
+        _check_probe_method(method)
     texts = read_texts(args.texts)
     if args.held_out >= len(texts):  # --held-out is >= 1 (argparse)
         fix = f"pass --held-out {max(1, len(texts) // 5)}, or more text" if len(texts) > 1 else "pass more text"
@@ -122,3 +129,17 @@ def cmd_probe(args: argparse.Namespace) -> int:
                    output_dir=args.output_dir)
     print(result)
     return 0
+
+
+def _check_probe_method(name: str) -> None:
+    """Before the model is loaded: `name` is a method, and one that runs without options (the command passes none).
+
+    Raises:
+        `UnknownMethodError`: listing the methods. `MethodOptionError`: a method that needs an option (focus, salt).
+    """
+    try:
+        build_config(get_method(name), {})
+    except MethodOptionError as error:
+        raise MethodOptionError(f"--methods {name} cannot run in vocabshift probe, which passes no method options: "
+                                f"{error} Probe it from Python, vocabshift.probe(..., method_options={{{name!r}: "
+                                "{...}}), or leave it out of --methods.") from None

@@ -13,7 +13,7 @@ from ._disk import scratch_folder
 from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_positions
 from .atomic import atomic_folder
-from .cli_common import arg, check_output, load_model, model_tokenizer, subcommand
+from .cli_common import arg, check_output, check_stdin_once, load_model, model_tokenizer, subcommand
 from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE, given_path
 from .corpus import read_texts
 from .errors import InvalidArgumentError, RecordError, TokenizerLoadError, TokenizerMismatchError
@@ -77,6 +77,9 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
              ".xz, .gz, .bz2; default: the English lines shipped with vocabshift)"),
 )
 def cmd_train(args: argparse.Namespace) -> int:
+    check_stdin_once(texts=args.texts, **{"--source-texts": args.source_texts})
+    if args.objective == "next_token":  # before loading the model (auto is told from its record)
+        _check_no_distillation_flags(args)
     check_output(args.output_dir, model=args.model, texts=args.texts, source_texts=args.source_texts,
                  teacher_model=args.teacher_model, teacher_tokenizer=args.teacher_tokenizer)
     texts = read_texts(args.texts)

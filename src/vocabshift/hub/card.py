@@ -17,7 +17,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import httpx
 
 from .._typing import Model
-from ..arguments import check_repo_id
+from ..arguments import check_path, check_repo_id
 from ..errors import InvalidArgumentTypeError, RecordError
 from ..headers import read_config
 from ..record import ExtensionRecord, require_record
@@ -133,7 +133,7 @@ def _render(data: ModelCardData, variables: dict[str, Any]) -> str:
 def _source(folder_or_model: Any) -> tuple[dict[str, Any], Path | None, str]:
     """`(config dict, folder or None, name)` of a folder or an in-memory model."""
     if isinstance(folder_or_model, (str, os.PathLike)):
-        folder = Path(folder_or_model)
+        folder = check_path(folder_or_model, name="folder_or_model")  # "" would be the current folder
         return read_config(folder), folder, folder.resolve().name
     config = getattr(folder_or_model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
