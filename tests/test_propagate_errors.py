@@ -117,6 +117,16 @@ def test_base_and_instruct_with_other_vocabularies(family, tokenizers_ru, tmp_pa
              "another id in instruct", family["adapted"], family["base"], other)
 
 
+def test_instruct_with_an_ordinary_token_beyond_its_rows(family, tmp_path):
+    """Special tokens may lie beyond the rows (Gemma-3's image token); an ordinary one means another tokenizer."""
+    instruct = _copy(family["instruct"], tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(instruct)
+    tokenizer.add_tokens(["zzqx"])
+    tokenizer.save_pretrained(instruct)
+    _refused(tmp_path, errors.SiblingMismatchError, "instruct has \\d+ embedding rows for \\d+ tokens, and ids beyond "
+             "them are ordinary tokens \\(e.g. 'zzqx'\\)", family["adapted"], family["base"], instruct)
+
+
 def test_adapted_not_made_from_base(family, tokenizers_ru, tmp_path):
     base = _save(make_model("qwen2-tied", tokenizers_ru["bytelevel"]), tokenizers_ru["bytelevel"], tmp_path / "b")
     _refused(tmp_path, errors.LineageError, "adapted was extended from a model with another tokenizer or row count",

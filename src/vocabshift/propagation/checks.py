@@ -93,7 +93,8 @@ def lineage_fix(record: ExtensionRecord) -> str:
 
 def check_siblings(base: Model, instruct: Model) -> None:
     """Every base id means the same token in instruct, which may only add tokens after them (e.g. chat markers
-    added during instruction tuning); architecture, hidden size and tying are `check_facts`'s.
+    added during instruction tuning), and instruct has a row for each of its tokens but special ones (Gemma-3's image
+    token has none); architecture, hidden size and tying are `check_facts`'s.
 
     Raises:
         `SiblingMismatchError`
@@ -108,9 +109,11 @@ def check_siblings(base: Model, instruct: Model) -> None:
         raise SiblingMismatchError(f"base and instruct differ in vocabulary ({len(differing)} base tokens with "
                                    f"another id in instruct, {len(foreign)} instruct tokens missing from base, e.g. "
                                    f"{example}); {_SIBLING_FIX}")
-    if instruct.input.rows < len(instruct.tokenizer):
+    beyond = sorted(token for token, i in instruct_vocab.items() if i >= instruct.input.rows)
+    if not set(beyond) <= set(instruct.tokenizer.all_special_tokens):  # special ones may be (Gemma-3's image token)
         raise SiblingMismatchError(f"instruct has {instruct.input.rows} embedding rows for {len(instruct.tokenizer)} "
-                                   "tokens: its folder is inconsistent; save it again.")
+                                   f"tokens, and ids beyond them are ordinary tokens (e.g. {beyond[0]!r}): its folder "
+                                   "is inconsistent; save it again.")
 
 
 def check_lineage(record: ExtensionRecord, adapted: Model, base: Model) -> None:
