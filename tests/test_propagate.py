@@ -319,6 +319,46 @@ def test_siblings_with_a_special_token_beyond_their_rows(architecture, mode, tmp
         assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
 
 
+def grow(adapted: Path, target: Path, *, resize: bool = True) -> Path:
+    """A copy of `adapted` whose tokenizer gained a chat marker instruct has, a tool token and an ordinary word after
+    the extension, with rows trained for them (unless `resize` is False)."""
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(adapted), AutoTokenizer.from_pretrained(adapted)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in ("<|user|>", "<tool_call>")],
+                         special_tokens=True)
+    tokenizer.add_tokens(["новоеслово"])
+    if not resize:  # save_pretrained_atomic refuses tokens beyond the rows
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+        return target
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        for parameter in embedding_parameters(model):
+            parameter[-3:] = torch.linspace(-0.1, 0.1, 3 * parameter.shape[1]).view(3, -1)
+    return vocabshift.save_pretrained_atomic(model, tokenizer, target)
+
+
+def test_tokens_added_to_adapted_after_the_extension(tmp_path, tokenizers_en, tokenizers_ru):
+    """Tokens added to the adapted tokenizer after extend_vocabulary (rows grown and trained for them) are propagated
+    as the new tokens are (E_a W), chat markers instruct has keep instruct's rows: propagate refused the folder and
+    advised saving the tokenizer extend_vocabulary returned, which would have dropped their rows."""
+    folders = build_family(tmp_path, "llama-untied", tokenizers_en["sentencepiece"], tokenizers_ru["sentencepiece"],
+                           chat_markers=True)
+    grown = grow(folders["adapted"], tmp_path / "grown")
+    adapted_tokenizer = AutoTokenizer.from_pretrained(grown)
+    for method in ("swap", "overlap", "conversion"):
+        out = vocabshift.propagate(grown, folders["base"], folders["instruct"], output_dir=tmp_path / method,
+                                   method=method)
+        tokenizer, found = AutoTokenizer.from_pretrained(out), matrices(out)
+        added = tokenizer.convert_tokens_to_ids(["<|user|>", "<tool_call>", "новоеслово"])
+        assert added == adapted_tokenizer.convert_tokens_to_ids(["<|user|>", "<tool_call>", "новоеслово"])
+        for side in (0, 1):
+            expected = reference(method, {**folders, "adapted": grown}, tokenizer, side)
+            assert torch.allclose(found[side], expected, atol=1e-5 * expected.abs().max(), rtol=0), (method, side)
+        user = AutoTokenizer.from_pretrained(folders["instruct"]).convert_tokens_to_ids("<|user|>")
+        assert torch.equal(found[0][added[0]], matrices(folders["instruct"])[0][user])
+        assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
+
+
 CHILD_PROPAGATE = """
 import sys, time, vocabshift
 from vocabshift.propagation import core

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 
 import vocabshift
 from conftest import SMALL, make_model
-from test_propagate import build_family
+from test_propagate import build_family, grow
 from vocabshift import errors
 from vocabshift.packing import pack_ids
 
@@ -125,6 +125,14 @@ def test_instruct_with_an_ordinary_token_beyond_its_rows(family, tmp_path):
     tokenizer.save_pretrained(instruct)
     _refused(tmp_path, errors.SiblingMismatchError, "instruct has \\d+ embedding rows for \\d+ tokens, and ids beyond "
              "them are ordinary tokens \\(e.g. 'zzqx'\\)", family["adapted"], family["base"], instruct)
+
+
+def test_tokens_added_to_adapted_without_rows(family, tmp_path):
+    """The fix keeps the added tokens (and every trained row): resize, not the tokenizer extend_vocabulary returned."""
+    grown = grow(family["adapted"], tmp_path / "grown", resize=False)
+    _refused(tmp_path, errors.RecordError, "adapted=.* has \\d+ tokens, 3 of them added after extend_vocabulary, but "
+             "\\d+ embedding rows: give the added tokens rows \\(model.resize_token_embeddings\\(len\\(tokenizer",
+             grown, family["base"], family["instruct"])
 
 
 def test_adapted_not_made_from_base(family, tokenizers_ru, tmp_path):
