@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -90,7 +91,8 @@ def reference(method: str, folders: dict[str, Path], output_tokenizer, side: int
         expected[new_id] = instruct[old_id] + (adapted[new_id] - base[old_id]) @ weight
     instruct_tokenizer = AutoTokenizer.from_pretrained(folders["instruct"])
     for instruct_id, token in instruct_tokenizer.backend_tokenizer.get_added_tokens_decoder().items():
-        expected[output_tokenizer.convert_tokens_to_ids(token.content)] = instruct[instruct_id]
+        if instruct_id < len(instruct):  # a special token beyond the rows (Gemma-3's image token) keeps E_a W
+            expected[output_tokenizer.convert_tokens_to_ids(token.content)] = instruct[instruct_id]
     return expected
 
 
@@ -288,6 +290,73 @@ def test_embeddings_stored_under_other_names_than_the_parameters(tmp_path, token
     assert torch.allclose(found, expected, atol=1e-5 * expected.abs().max(), rtol=0)
     assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
     assert (out / "processor_config.json").read_text(encoding="utf-8") == processor  # it was left out
+
+
+@pytest.mark.parametrize(("architecture", "mode"), [("gemma3-tied", "extend"), ("llama-untied", "replace")])
+def test_siblings_with_a_special_token_beyond_their_rows(architecture, mode, tmp_path, tokenizers_en, tokenizers_ru,
+                                                         monkeypatch):
+    """Gemma-3's tokenizer has one special token (its image token) past the embedding rows: propagate said instruct's
+    folder was inconsistent, and with that check relaxed it read instruct rows that do not exist (IndexError)."""
+    family, builder = conftest.ARCHITECTURES[architecture]
+    monkeypatch.setitem(conftest.ARCHITECTURES, "with-image-token", (family, lambda v: builder(v - 1)))
+    source = copy.deepcopy(tokenizers_en[family])
+    source.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    folders = build_family(tmp_path, "with-image-token", source, tokenizers_ru[family], mode=mode)
+    instruct = matrices(folders["instruct"])
+    assert len(instruct[0]) == len(source) - 1
+    record = vocabshift.get_record(AutoModelForCausalLM.from_pretrained(folders["adapted"]))
+    pairs = torch.tensor(record.shared_pairs())
+    for method in ("swap", "overlap", "conversion"):
+        out = vocabshift.propagate(folders["adapted"], folders["base"], folders["instruct"],
+                                   output_dir=tmp_path / method, method=method)
+        tokenizer, found = AutoTokenizer.from_pretrained(out), matrices(out)
+        assert found[0].shape[0] >= len(tokenizer) and tokenizer.convert_tokens_to_ids("<image>") is not None
+        for side, rows in enumerate(found[:2]):
+            if rows is not None:
+                expected = reference(method, folders, tokenizer, side)
+                assert torch.allclose(rows, expected, atol=1e-5 * expected.abs().max(), rtol=0), (method, side)
+                assert torch.equal(rows[pairs[:, 0]], instruct[side][pairs[:, 1]])  # CPT trained only new rows
+        assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
+
+
+def grow(adapted: Path, target: Path, *, resize: bool = True) -> Path:
+    """A copy of `adapted` whose tokenizer gained a chat marker instruct has, a tool token and an ordinary word after
+    the extension, with rows trained for them (unless `resize` is False)."""
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(adapted), AutoTokenizer.from_pretrained(adapted)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in ("<|user|>", "<tool_call>")],
+                         special_tokens=True)
+    tokenizer.add_tokens(["новоеслово"])
+    if not resize:  # save_pretrained_atomic refuses tokens beyond the rows
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+        return target
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        for parameter in embedding_parameters(model):
+            parameter[-3:] = torch.linspace(-0.1, 0.1, 3 * parameter.shape[1]).view(3, -1)
+    return vocabshift.save_pretrained_atomic(model, tokenizer, target)
+
+
+def test_tokens_added_to_adapted_after_the_extension(tmp_path, tokenizers_en, tokenizers_ru):
+    """Tokens added to the adapted tokenizer after extend_vocabulary (rows grown and trained for them) are propagated
+    as the new tokens are (E_a W), chat markers instruct has keep instruct's rows: propagate refused the folder and
+    advised saving the tokenizer extend_vocabulary returned, which would have dropped their rows."""
+    folders = build_family(tmp_path, "llama-untied", tokenizers_en["sentencepiece"], tokenizers_ru["sentencepiece"],
+                           chat_markers=True)
+    grown = grow(folders["adapted"], tmp_path / "grown")
+    adapted_tokenizer = AutoTokenizer.from_pretrained(grown)
+    for method in ("swap", "overlap", "conversion"):
+        out = vocabshift.propagate(grown, folders["base"], folders["instruct"], output_dir=tmp_path / method,
+                                   method=method)
+        tokenizer, found = AutoTokenizer.from_pretrained(out), matrices(out)
+        added = tokenizer.convert_tokens_to_ids(["<|user|>", "<tool_call>", "новоеслово"])
+        assert added == adapted_tokenizer.convert_tokens_to_ids(["<|user|>", "<tool_call>", "новоеслово"])
+        for side in (0, 1):
+            expected = reference(method, {**folders, "adapted": grown}, tokenizer, side)
+            assert torch.allclose(found[side], expected, atol=1e-5 * expected.abs().max(), rtol=0), (method, side)
+        user = AutoTokenizer.from_pretrained(folders["instruct"]).convert_tokens_to_ids("<|user|>")
+        assert torch.equal(found[0][added[0]], matrices(folders["instruct"])[0][user])
+        assert vocabshift.inspect_folder(out).ok, str(vocabshift.inspect_folder(out))
 
 
 CHILD_PROPAGATE = """

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 
 import vocabshift
 from conftest import SMALL, make_model
-from test_propagate import build_family
+from test_propagate import build_family, grow
 from vocabshift import errors
 from vocabshift.packing import pack_ids
 
@@ -115,6 +115,24 @@ def test_base_and_instruct_with_other_vocabularies(family, tokenizers_ru, tmp_pa
     other = _save(make_model("qwen2-tied", tokenizers_ru["bytelevel"]), tokenizers_ru["bytelevel"], tmp_path / "ru")
     _refused(tmp_path, errors.SiblingMismatchError, "base and instruct differ in vocabulary \\(\\d+ base tokens with "
              "another id in instruct", family["adapted"], family["base"], other)
+
+
+def test_instruct_with_an_ordinary_token_beyond_its_rows(family, tmp_path):
+    """Special tokens may lie beyond the rows (Gemma-3's image token); an ordinary one means another tokenizer."""
+    instruct = _copy(family["instruct"], tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(instruct)
+    tokenizer.add_tokens(["zzqx"])
+    tokenizer.save_pretrained(instruct)
+    _refused(tmp_path, errors.SiblingMismatchError, "instruct has \\d+ embedding rows for \\d+ tokens, and ids beyond "
+             "them are ordinary tokens \\(e.g. 'zzqx'\\)", family["adapted"], family["base"], instruct)
+
+
+def test_tokens_added_to_adapted_without_rows(family, tmp_path):
+    """The fix keeps the added tokens (and every trained row): resize, not the tokenizer extend_vocabulary returned."""
+    grown = grow(family["adapted"], tmp_path / "grown", resize=False)
+    _refused(tmp_path, errors.RecordError, "adapted=.* has \\d+ tokens, 3 of them added after extend_vocabulary, but "
+             "\\d+ embedding rows: give the added tokens rows \\(model.resize_token_embeddings\\(len\\(tokenizer",
+             grown, family["base"], family["instruct"])
 
 
 def test_adapted_not_made_from_base(family, tokenizers_ru, tmp_path):

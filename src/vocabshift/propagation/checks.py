@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..arguments import is_int
+from ..embeddings import grown_from
 from ..errors import LineageError, ModelFolderError, NonFiniteWeightsError, RecordError, SiblingMismatchError
 from ..record import ExtensionRecord
 from ..vocab.load import fingerprint
@@ -58,7 +59,7 @@ def check_config_rows(model: Model) -> None:
 
 def check_facts(record: ExtensionRecord, adapted: Model, base: Model, instruct: Model) -> None:
     """What can be checked before any tokenizer is loaded: base and instruct, and adapted and base, agree in
-    architecture, hidden size and tying; base and adapted have the row counts the record names.
+    architecture, hidden size and tying; base has the rows the record names, adapted at least those.
 
     Raises:
         `SiblingMismatchError`, `LineageError`, `RecordError`: as `check_siblings` and `check_lineage`.
@@ -68,10 +69,14 @@ def check_facts(record: ExtensionRecord, adapted: Model, base: Model, instruct: 
     if base.input.rows != record.old_num_rows:
         raise LineageError(f"adapted was extended from a model with another tokenizer or row count: its record "
                            f"says {record.old_num_rows} rows, base has {base.input.rows}; {lineage_fix(record)}")
-    if adapted.input.rows != record.new_num_rows:
-        raise RecordError(f"adapted={adapted.source.name!r} has {adapted.input.rows} embedding rows but its record "
-                          f"describes {record.new_num_rows}: save the model and the tokenizer extend_vocabulary "
-                          "returned together.")
+    if adapted.input.rows < record.new_num_rows:  # more rows may be for tokens added later (`check_lineage`)
+        raise _rows_error(adapted, record)
+
+
+def _rows_error(adapted: Model, record: ExtensionRecord) -> RecordError:
+    return RecordError(f"adapted={adapted.source.name!r} has {adapted.input.rows} embedding rows but its record "
+                       f"describes {record.new_num_rows}: save the model and the tokenizer extend_vocabulary returned "
+                       "together.")
 
 
 def _same_facts(one: Model, other: Model, error: type[Exception], names: str, fix: str) -> None:
@@ -93,7 +98,8 @@ def lineage_fix(record: ExtensionRecord) -> str:
 
 def check_siblings(base: Model, instruct: Model) -> None:
     """Every base id means the same token in instruct, which may only add tokens after them (e.g. chat markers
-    added during instruction tuning); architecture, hidden size and tying are `check_facts`'s.
+    added during instruction tuning), and instruct has a row for each of its tokens but special ones (Gemma-3's image
+    token has none); architecture, hidden size and tying are `check_facts`'s.
 
     Raises:
         `SiblingMismatchError`
@@ -108,26 +114,38 @@ def check_siblings(base: Model, instruct: Model) -> None:
         raise SiblingMismatchError(f"base and instruct differ in vocabulary ({len(differing)} base tokens with "
                                    f"another id in instruct, {len(foreign)} instruct tokens missing from base, e.g. "
                                    f"{example}); {_SIBLING_FIX}")
-    if instruct.input.rows < len(instruct.tokenizer):
+    beyond = sorted(token for token, i in instruct_vocab.items() if i >= instruct.input.rows)
+    if not set(beyond) <= set(instruct.tokenizer.all_special_tokens):  # special ones may be (Gemma-3's image token)
         raise SiblingMismatchError(f"instruct has {instruct.input.rows} embedding rows for {len(instruct.tokenizer)} "
-                                   "tokens: its folder is inconsistent; save it again.")
+                                   f"tokens, and ids beyond them are ordinary tokens (e.g. {beyond[0]!r}): its folder "
+                                   "is inconsistent; save it again.")
 
 
 def check_lineage(record: ExtensionRecord, adapted: Model, base: Model) -> None:
     """`adapted` was extended from a model with base's tokenizer, and holds the tokenizer its record describes
-    (the rows themselves are `lineage.check_rows`'s).
+    (the rows themselves are `lineage.check_rows`'s), or that tokenizer with tokens added after it and rows for them
+    (`embeddings.grown_from`: their rows are propagated as the new tokens' are).
 
     Raises:
         `LineageError`: base has another tokenizer than the one adapted was extended from.
-        `RecordError`: the adapted folder's tokenizer is not the one its record describes.
+        `RecordError`: the adapted folder's tokenizer is not the one its record describes, or its rows do not match.
     """
     if fingerprint(base.tokenizer) != record.source_tokenizer_sha256:
         raise LineageError(f"adapted was extended from a model with another tokenizer (fingerprint "
                            f"{record.source_tokenizer_sha256[:12]}...) than base ({fingerprint(base.tokenizer)[:12]}"
                            f"...); {lineage_fix(record)}")
-    if fingerprint(adapted.tokenizer) != record.tokenizer_sha256:
+    tokens = len(adapted.tokenizer)
+    if grown_from(adapted.tokenizer, record):
+        if adapted.input.rows < tokens:
+            raise RecordError(f"adapted={adapted.source.name!r} has {tokens} tokens, {tokens - record.new_vocab_size} "
+                              f"of them added after extend_vocabulary, but {adapted.input.rows} embedding rows: "
+                              "give the added tokens rows (model.resize_token_embeddings(len(tokenizer))) and save "
+                              "the model and that tokenizer again.")
+    elif fingerprint(adapted.tokenizer) != record.tokenizer_sha256:
         raise RecordError(f"adapted={adapted.source.name!r} holds another tokenizer than its record describes: "
                           "save the model and the tokenizer extend_vocabulary returned together.")
+    elif adapted.input.rows != record.new_num_rows:
+        raise _rows_error(adapted, record)
     if record.source_model and record.source_model != base.source.name:
         logger.info("adapted's record names %r as its source, base is %r (same tokenizer and rows).",
                     record.source_model, base.source.name)

@@ -203,7 +203,8 @@ def _stream(models: dict[str, Model], headers: dict[str, Header], method: str, r
                                      getattr(models["instruct"], side), pairs, side=side)
                    for side in ("input", "output") if getattr(models["instruct"], side) is not None}
         tokenizer = replacement_tokenizer(models["instruct"].tokenizer, models["adapted"].tokenizer)
-        plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer)
+        plan = row_plan(record, models["adapted"].input.rows, tokenizer, models["instruct"].tokenizer,
+                        models["instruct"].input.rows)
         fits = {side: fit.result() for side, fit in pending.items()}
         change = sum([_rewrite(headers[name], folder / name, models, plan, fits) for name in layout.embedding_shards])
         for copy in copies:

@@ -51,8 +51,11 @@ class RowPlan:
         return {"mapped": mapped, "shared": int(shared.sum()), "copied_from_instruct": int(copied.sum())}
 
 
-def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, instruct_tokenizer: Any) -> RowPlan:
-    """The plan for an output of `max(adapted_rows, len(output_tokenizer))` rows."""
+def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, instruct_tokenizer: Any,
+             instruct_rows: int) -> RowPlan:
+    """The plan for an output of `max(adapted_rows, len(output_tokenizer))` rows. An instruct special token beyond
+    instruct's rows (Gemma-3's image token) has no row to copy: like a new token, it gets adapted's row mapped by W
+    (the mean row extend gave it)."""
     rows = max(adapted_rows, len(output_tokenizer))
     old_of = torch.full((rows,), -1, dtype=torch.long)
     pairs = torch.tensor(record.shared_pairs(), dtype=torch.long).reshape(-1, 2)
@@ -60,7 +63,8 @@ def row_plan(record: ExtensionRecord, adapted_rows: int, output_tokenizer: Any, 
     copy_of = torch.full((rows,), -1, dtype=torch.long)
     backend = output_tokenizer.backend_tokenizer
     for instruct_id, token in instruct_tokenizer.backend_tokenizer.get_added_tokens_decoder().items():
-        copy_of[backend.token_to_id(token.content)] = instruct_id
+        if instruct_id < instruct_rows:
+            copy_of[backend.token_to_id(token.content)] = instruct_id
     return RowPlan(old_of, copy_of)
 
 
