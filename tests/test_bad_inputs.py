@@ -704,7 +704,7 @@ API = {
     "save a tokenizer given a token after extend_vocabulary": (
         lambda w: vocabshift.save_pretrained_atomic(w.extended, _with_a_marker(w.extended_tokenizer),
                                                     w.root / "out-13"),
-        E.TokenizerMismatchError, "token(s) beyond the model's"),
+        E.TokenizerMismatchError, "Give them rows first (model.resize_token_embeddings(len(tokenizer)), then train"),
     "save with the new tokenizer": (lambda w: vocabshift.save_pretrained_atomic(w.extended, w.new, w.root / "out-11"),
                                     E.TokenizerMismatchError, "tokenizer is the new tokenizer given to extend_vocab"),
     "train_word_vectors cache_dir=a file": (

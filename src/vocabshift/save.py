@@ -121,8 +121,8 @@ def _check_not_swapped(model: Model, record: ExtensionRecord, tokenizer: Tokeniz
     if beyond:
         raise TokenizerMismatchError(
             f"tokenizer has {len(beyond)} token(s) beyond the model's {rows} embedding rows ({beyond[0][1]!r} is id "
-            f"{beyond[0][0]}), added after extend_vocabulary: the model would fail on them. Add such tokens to the new "
-            "tokenizer before extend_vocabulary (it gives them rows), or save the tokenizer it returned."
+            f"{beyond[0][0]}), added after extend_vocabulary: the model would fail on them. Give them rows first "
+            "(model.resize_token_embeddings(len(tokenizer)), then train them), or save the tokenizer it returned."
         )
 
 
