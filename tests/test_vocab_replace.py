@@ -41,3 +41,17 @@ def test_named_chat_templates_are_kept(tokenizers_en, tokenizers_ru):
     source.chat_template = {"default": "{{ messages[0]['content'] }}", "tool_use": "{{ tools }}"}
     for new in (tokenizers_ru["bytelevel"], copy.deepcopy(source)):
         assert replacement_tokenizer(source, new).chat_template == source.chat_template
+
+
+def test_the_padding_side_of_the_source_class_is_kept(tokenizers_ru):
+    """Llama-2's and Gemma's tokenizer classes pad on the left without saying so in tokenizer_config.json: the
+    replacement tokenizer (TokenizersBackend, which pads on the right) took the sides from that file only, so batched
+    generation with the replaced model padded on the wrong side."""
+    from transformers import AutoTokenizer
+
+    from vocabshift_testing.real_tokenizers import real_tokenizer_dir
+
+    source = AutoTokenizer.from_pretrained(real_tokenizer_dir("llama2"))
+    assert source.padding_side == "left"
+    replaced = replacement_tokenizer(source, tokenizers_ru["sentencepiece"])
+    assert (replaced.padding_side, replaced.truncation_side) == (source.padding_side, source.truncation_side)

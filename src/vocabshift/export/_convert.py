@@ -23,6 +23,9 @@ __all__ = ["UNKNOWN_PRE_TOKENIZER", "main"]
 
 UNKNOWN_PRE_TOKENIZER = 3  # exit status when llama.cpp does not know the pre-tokenizer (the converter exits with 1)
 _LOOKUP = "get_vocab_base_pre"
+# llama.cpp pre-tokenizers with the regex of the value, which llama.cpp runs without ignore_merges and the value with
+# it: Llama-3's tokenizer.json hashes as smaug-bpe, and an adapted one needs ignore_merges to reach its new tokens
+_IGNORING_MERGES = {"smaug-bpe": "llama-bpe"}
 
 
 def main(argv: list[str]) -> None:
@@ -35,14 +38,16 @@ def main(argv: list[str]) -> None:
     lookup = getattr(owner, _LOOKUP)
 
     def named_from_original(self: Any, tokenizer: Any) -> str:
+        ignores_merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"].get("ignore_merges", False)
         if original != "-":
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(original)
         try:
-            return lookup(self, tokenizer)
+            name = lookup(self, tokenizer)
         except NotImplementedError:  # "BPE pre-tokenizer was not recognized"
             sys.exit(UNKNOWN_PRE_TOKENIZER)
+        return _IGNORING_MERGES.get(name, name) if ignores_merges else name
 
     setattr(owner, _LOOKUP, named_from_original)
     vocab_class = getattr(sys.modules.get("gguf"), "LlamaHfVocab", None)

@@ -22,6 +22,7 @@ from .forms import backend_state
 __all__ = ["replacement_tokenizer"]
 
 _MODEL_SETTINGS = ("model_max_length", "extra_special_tokens", "padding_side", "truncation_side")
+_SIDES = ("padding_side", "truncation_side")  # a class default (LlamaTokenizer, GemmaTokenizer pad left) is unsaved
 
 
 def replacement_tokenizer(source: Tokenizer, new: Tokenizer) -> Tokenizer:
@@ -32,7 +33,7 @@ def replacement_tokenizer(source: Tokenizer, new: Tokenizer) -> Tokenizer:
         new.save_pretrained(new_dir)
         if state is not None:
             Path(new_dir, "tokenizer.json").write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
-        _take_settings(Path(old_dir), Path(new_dir))
+        _take_settings(Path(old_dir), Path(new_dir), {key: getattr(source, key) for key in _SIDES})
         return AutoTokenizer.from_pretrained(new_dir)
 
 
@@ -94,12 +95,14 @@ def _remap(node: Any, ids: dict[str, int]) -> Any:
     return {key: _remap(value, ids) for key, value in node.items()}
 
 
-def _take_settings(old_dir: Path, new_dir: Path) -> None:
-    """Copy the special-token roles, model settings and chat templates (named ones too) of the old tokenizer."""
+def _take_settings(old_dir: Path, new_dir: Path, sides: dict[str, str]) -> None:
+    """Copy the special-token roles, model settings and chat templates (named ones too) of the old tokenizer, and its
+    padding and truncation sides (`sides`, as the old tokenizer has them: its class may set them, not its file)."""
     old = json.loads((old_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     new = json.loads((new_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     new = {key: value for key, value in new.items() if not key.endswith("_token")}
     new.update({k: v for k, v in old.items() if k.endswith("_token") or k in _MODEL_SETTINGS or k == "chat_template"})
+    new.update(sides)
     (new_dir / "tokenizer_config.json").write_text(json.dumps(new, ensure_ascii=False, indent=2), encoding="utf-8")
     for template in old_dir.glob("chat_template*"):
         shutil.copy(template, new_dir / template.name)
