@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -182,3 +183,18 @@ def test_tokens_added_after_the_extension_are_a_note(folder, tmp_path, capsys):
     grown = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "grown")
     code, out, _ = _inspect(grown, capsys)
     assert code == 0 and "1 token(s) added to the tokenizer after extend_vocabulary" in out
+
+
+def test_a_special_token_without_a_row_is_a_note(tokenizers_en, tmp_path, capsys):
+    """Gemma-3-1B's tokenizer has <image_soft_token> one id past its rows: its original folder was a problem."""
+    tokenizer = copy.deepcopy(tokenizers_en["bytelevel"])
+    model = make_model("qwen2-tied", tokenizer)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    code, out, _ = _inspect(tmp_path / "m", capsys)
+    assert code == 0 and "special token <image> (id 700) has no row" in out, out
+    tokenizer.add_special_tokens({"pad_token": "<pad>"})  # a token with a role in text needs a row
+    tokenizer.save_pretrained(tmp_path / "m")
+    code, out, _ = _inspect(tmp_path / "m", capsys)
+    assert code == 1 and "special token <pad> has id 701, beyond the 700 rows" in out, out

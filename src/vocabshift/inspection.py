@@ -31,6 +31,8 @@ __all__ = ["Inspection", "inspect_folder"]
 SAMPLES = ("The quick brown fox jumps over the lazy dog.", "Съешь же ещё этих мягких французских булок, да выпей чаю.",
            "Grüße aus Köln: 3,5 km bis zum Dom!", "def f(x):\n    return x ** 2  # 😀")
 _SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+# special tokens with a role in text: one without a row is a problem (another may be embedded otherwise)
+_ROLES = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
 
 
 @dataclass
@@ -182,7 +184,8 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
     report.facts.append(("tokenizer", f"{len(tokenizer):,} tokens ({type(tokenizer).__name__})"))
     if rows is not None and vocab_size != rows:
         report.problems.append(f"config vocab_size is {vocab_size:,} but the embeddings have {rows:,} rows")
-    if rows is not None and len(tokenizer) > rows:
+    specials = set(tokenizer.all_special_tokens)  # those past the rows are `_check_special_ids`'s
+    if rows is not None and any(i >= rows and t not in specials for t, i in tokenizer.get_vocab().items()):
         report.problems.append(f"the tokenizer has {len(tokenizer):,} tokens but the model only {rows:,} rows: "
                                "ids beyond them would crash the model")
     record = report.record
@@ -212,8 +215,12 @@ def _check_special_ids(report: Inspection, config: Any, tokenizer: Tokenizer, ro
     specials = {token: tokenizer.convert_tokens_to_ids(token) for token in tokenizer.all_special_tokens}
     report.facts.append(("special tokens", ", ".join(f"{t}={i}" for t, i in specials.items()) or "none"))
     limit = rows if rows is not None else len(tokenizer)
-    report.problems += [f"special token {t} has id {i}, beyond the {limit:,} rows" for t, i in specials.items()
-                        if i is None or i >= limit]
+    roles = {getattr(tokenizer, f"{role}_token", None) for role in _ROLES}
+    beyond = {t: i for t, i in specials.items() if i is None or i >= limit}
+    report.problems += [f"special token {t} has id {i}, beyond the {limit:,} rows" for t, i in beyond.items()
+                        if i is None or t in roles]
+    report.notes += [f"special token {t} (id {i}) has no row: a model embeds such a token otherwise, never from its "
+                     "rows (Gemma-3's image token)" for t, i in beyond.items() if i is not None and t not in roles]
     record = report.record
     if record is not None and record.special_tokens != {t: i for t, i in specials.items()  # not ones added after
                                                         if i is None or i < record.new_vocab_size}:
