@@ -29,7 +29,7 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     before = model.get_input_embeddings().weight.detach().clone()
     words = ["train", str(tmp_path / "extended"), _texts(tmp_path / "train.txt.xz", ru_lines[:400]),
              str(tmp_path / "trained"), "--max-steps", "3", "--batch-size", "2", "--context-length", "32",
-             "--objective", "next_token"]
+             "--objective", "next_token", "--max-shard-size", "60KB"]
     result = run(*words)
     assert "3 embedding-only steps, final loss " in result.stdout and "cross-entropy" not in result.stdout
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "trained")
@@ -41,9 +41,10 @@ def test_train_then_evaluate(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, r
     old = torch.ones(len(before), dtype=torch.bool)
     old[new_ids] = False
     assert torch.equal(after[old], before[old]) and not torch.equal(after[new_ids], before[new_ids])
+    assert len(list((tmp_path / "trained").glob("model-*.safetensors"))) > 1  # --max-shard-size, as extend's
 
     held = _texts(tmp_path / "held.txt.xz", ru_held[:10])
-    result = run("evaluate", str(tmp_path / "trained"), held, "--add-to-record")
+    result = run("evaluate", str(tmp_path / "trained"), held, "--add-to-record", "--batch-size", "1")
     assert result.stdout.startswith("| model | tokens/word | bits/byte")
     config = json.loads((tmp_path / "trained" / "config.json").read_text())
     assert config["vocabshift"]["evaluations"][-1]["num_texts"] == 10

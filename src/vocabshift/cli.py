@@ -47,7 +47,7 @@ from .vocab.load import load_tokenizer
 __all__ = ["build_parser", "main"]
 
 _MEMORY_FIXES = {"train": "lower --batch-size or --context-length", "probe": "lower --batch-size or --context-length",
-                 "evaluate": "lower --context-length"}
+                 "evaluate": "lower --batch-size or --context-length"}
 _CLOSED_PIPE = 141  # 128 + SIGPIPE, the shell's code for a writer whose reader went away
 _ORDER = ("tokenizer", "extend", "train", "probe", "evaluate", "propagate", "card", "push", "gguf", "inspect",
           "methods")

@@ -32,6 +32,7 @@ __all__: list[str] = []
     arg("--max-lines", type=POSITIVE_INT, help="score only the first N lines"),
     arg("--context-length", type=CONTEXT, default=512,
         help="tokens per scored window, prefix included (default: 512; at most the model's positions)"),
+    arg("--batch-size", type=POSITIVE_INT, default=4, help="windows scored at once (default: 4)"),
     arg("--add-to-record", action="store_true", help="store the result in the folder's config.json record"),
 )
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -52,7 +53,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.original_model:
         original = {"original_tokenizer": model_tokenizer(args.original_model, argument="--original-model"),
                     "original_model": load_model(args.original_model, argument="--original-model")}
-    result = evaluate(model, tokenizer, texts, context_length=args.context_length, **original)
+    result = evaluate(model, tokenizer, texts, context_length=args.context_length, batch_size=args.batch_size,
+                      **original)
     print(result)
     if args.add_to_record:
         result.add_to_record(model)

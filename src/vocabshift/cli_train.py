@@ -14,7 +14,7 @@ from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_positions
 from .atomic import atomic_folder
 from .cli_common import arg, check_output, check_stdin_once, load_model, model_tokenizer, subcommand
-from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE, given_path
+from .cli_types import CONTEXT, NON_NEGATIVE_RATE, POSITIVE_INT, POSITIVE_RATE, SEED, SHARE, given_path, shard_size
 from .corpus import read_texts
 from .errors import InvalidArgumentError, RecordError, TokenizerLoadError, TokenizerMismatchError
 from .record import find_record, get_record
@@ -53,6 +53,8 @@ _DISTILLATION_FLAGS = {"teacher_tokenizer": None, "teacher_model": None,
              "than linear, see docs/cli.md), or decaying to 0 over --max-steps (linear is the Trainer's default)"),
     arg("--weight-decay", type=NON_NEGATIVE_RATE, default=0.0, help="AdamW weight decay (default: 0)"),
     arg("--seed", type=SEED, default=0, help="seed of the data order and of dropout (default: 0)"),
+    arg("--max-shard-size", type=shard_size,
+        help="largest safetensors shard to write (e.g. 2GB; default: transformers' save_pretrained default)"),
     arg("--objective", default="auto", choices=("auto", "next_token", "distillation"),
         help="next_token: plain cross-entropy; distillation: learn from the original model on the same text "
              "(DistillationTrainer); auto (default): distillation where the model itself can be the teacher (extend "
@@ -100,7 +102,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     curves = _loss_curves(trainer.state.log_history)
     with atomic_folder(args.output_dir) as folder:
-        model.save_pretrained(folder)
+        shards = {} if args.max_shard_size is None else {"max_shard_size": args.max_shard_size}
+        model.save_pretrained(folder, **shards)
         save_tokenizer(tokenizer, folder, shown_as=args.output_dir)
         if curves:
             plot_curves(curves, folder / "cpt_loss.png", ylabel="loss", title=f"Embedding-only CPT, rows={args.rows}")
