@@ -32,6 +32,7 @@ __all__ = [
     "grown_from",
     "input_matrix",
     "non_finite_rows",
+    "ordinary_beyond",
     "original_embeddings",
     "stored_shape",
 ]
@@ -240,8 +241,8 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
             f"...; the model carries the record of that call): pass that tokenizer as {argument} (the one "
             "extend_vocabulary returned, or saved next to the extended model, with any tokens added after it)."
         )
-    beyond = sorted(token for token, index in tokenizer.get_vocab().items() if index >= num_rows)
-    if not set(beyond) <= set(tokenizer.all_special_tokens):
+    beyond = ordinary_beyond(tokenizer, num_rows)
+    if beyond:
         raise TokenizerMismatchError(
             f"{argument} has {len(tokenizer)} tokens but {type(model).__name__} has {num_rows} embedding rows, and "
             f"ids beyond them are ordinary tokens (e.g. {beyond[0]!r}): it is not this model's tokenizer. Pass the "
@@ -254,6 +255,13 @@ def check_tokenizer(model: Model, tokenizer: Tokenizer, num_rows: int, *, argume
             "model's tokenizer (new tokens would overwrite rows of the model's own tokens). Pass the tokenizer the "
             "model was trained with (the one saved next to its weights, which has a token for each of those rows)."
         )
+
+
+def ordinary_beyond(tokenizer: Tokenizer, num_rows: int) -> list[str]:
+    """The tokens of `tokenizer` with ids past `num_rows` rows that are not special (a special token may have no row,
+    as Gemma-3's image token), sorted: a model with those rows would fail on them."""
+    specials = set(tokenizer.all_special_tokens)
+    return sorted(token for token, i in tokenizer.get_vocab().items() if i >= num_rows and token not in specials)
 
 
 def grown_from(tokenizer: Tokenizer, record: ExtensionRecord) -> bool:

@@ -17,10 +17,7 @@ from ._typing import Model, Tokenizer, TokenizerLike
 from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
-from .errors import (
-    NoNewTokensError,
-    TokenizerLoadError,
-)
+from .errors import NoNewTokensError, TokenizerLoadError
 from .extend_checks import check_arguments, check_not_grown, check_not_split
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._typing import Tokenizer
 from .arguments import check_flag, check_path
-from .embeddings import embedding_names, grown_from, stored_shape
+from .embeddings import embedding_names, grown_from, ordinary_beyond, stored_shape
 from .errors import ModelFolderError, RecordError, ShardError, TokenizerLoadError
 from .headers import load_config, read_config, read_header
 from .record import ExtensionRecord, find_record, has_record
@@ -184,8 +184,7 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
     report.facts.append(("tokenizer", f"{len(tokenizer):,} tokens ({type(tokenizer).__name__})"))
     if rows is not None and vocab_size != rows:
         report.problems.append(f"config vocab_size is {vocab_size:,} but the embeddings have {rows:,} rows")
-    specials = set(tokenizer.all_special_tokens)  # those past the rows are `_check_special_ids`'s
-    if rows is not None and any(i >= rows and t not in specials for t, i in tokenizer.get_vocab().items()):
+    if rows is not None and ordinary_beyond(tokenizer, rows):  # special tokens past the rows: `_check_special_ids`
         report.problems.append(f"the tokenizer has {len(tokenizer):,} tokens but the model only {rows:,} rows: "
                                "ids beyond them would crash the model")
     record = report.record
@@ -200,7 +199,7 @@ def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: in
                             f"extend_vocabulary (ids from {record.new_vocab_size:,})")
     report.problems += [f"the record says {name} {recorded} but the folder has {found}"
                         for name, (recorded, found) in expected.items() if recorded != found and rows is not None]
-    if record.tokenizer_sha256 != fingerprint(tokenizer) and not grown:
+    if not grown and record.tokenizer_sha256 != fingerprint(tokenizer):
         report.problems.append(f"the tokenizer is not the one extend_vocabulary returned (fingerprint "
                                f"{record.tokenizer_sha256[:12]}…): AutoTokenizer loads it as a "
                                f"{type(tokenizer).__name__} that may segment text differently")

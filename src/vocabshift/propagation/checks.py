@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..arguments import is_int
-from ..embeddings import grown_from
+from ..embeddings import grown_from, ordinary_beyond
 from ..errors import LineageError, ModelFolderError, NonFiniteWeightsError, RecordError, SiblingMismatchError
 from ..record import ExtensionRecord
 from ..vocab.load import fingerprint
@@ -114,8 +114,8 @@ def check_siblings(base: Model, instruct: Model) -> None:
         raise SiblingMismatchError(f"base and instruct differ in vocabulary ({len(differing)} base tokens with "
                                    f"another id in instruct, {len(foreign)} instruct tokens missing from base, e.g. "
                                    f"{example}); {_SIBLING_FIX}")
-    beyond = sorted(token for token, i in instruct_vocab.items() if i >= instruct.input.rows)
-    if not set(beyond) <= set(instruct.tokenizer.all_special_tokens):  # special ones may be (Gemma-3's image token)
+    beyond = ordinary_beyond(instruct.tokenizer, instruct.input.rows)  # special ones may be (Gemma-3's image token)
+    if beyond:
         raise SiblingMismatchError(f"instruct has {instruct.input.rows} embedding rows for {len(instruct.tokenizer)} "
                                    f"tokens, and ids beyond them are ordinary tokens (e.g. {beyond[0]!r}): its folder "
                                    "is inconsistent; save it again.")
