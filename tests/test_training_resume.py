@@ -68,11 +68,22 @@ def test_resume_with_other_rows_is_refused(tokenizers_en, tokenizers_ru, ru_line
 
 
 @pytest.mark.parametrize(("saved", "resumed"), [("new", "all"), ("all", "new")])
-def test_resume_from_elsewhere_is_checked_by_the_optimizer_state(tokenizers_en, tokenizers_ru, ru_lines, tmp_path,
-                                                                  saved, resumed):
-    """A checkpoint outside output_dir: its marker is not where the callback looks, the loaded moments' shapes are."""
+def test_resume_from_elsewhere_is_checked_by_its_marker(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, saved,
+                                                        resumed):
+    """A checkpoint outside output_dir: the callback reads the marker of the folder the Trainer resumes from."""
     checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines,
                              [vocabshift.EmbeddingOnlyCallback(rows=saved)])
+    with pytest.raises(TrainingSetupError, match=rf"rows='{saved}'.*trains rows='{resumed}'.*Resume with"):
+        _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, resumed, checkpoint)
+
+
+@pytest.mark.parametrize(("saved", "resumed"), [("new", "all"), ("all", "new")])
+def test_resume_without_a_marker_is_checked_by_the_optimizer_state(tokenizers_en, tokenizers_ru, ru_lines, tmp_path,
+                                                                   saved, resumed):
+    """A marker deleted: the loaded moments' shapes tell, before the first step."""
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines,
+                             [vocabshift.EmbeddingOnlyCallback(rows=saved)])
+    (checkpoint / MARKER).unlink()
     with pytest.raises(TrainingSetupError, match=r"optimizer state loaded from the checkpoint .* other parameters"):
         _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, resumed, checkpoint)
 
@@ -185,29 +196,43 @@ def test_a_damaged_distillation_progress_file_is_named(tokenizers_en, tokenizers
         trainer(tmp_path / "run").train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
 
 
-def test_a_plain_trainer_loads_the_optimizer_state_before_any_callback_runs(tokenizers_en, tokenizers_ru, ru_lines,
-                                                                            tmp_path, monkeypatch):
-    """Why a plain Trainer resuming with the callback from a checkpoint saved without it fails with torch's own
-    ValueError (docs/train.md): transformers loads the optimizer state in `_prepare_for_training`, before
-    `on_train_begin`, the first event of `train()`, and no event runs in between. DistillationTrainer overrides
-    `_load_optimizer_and_scheduler` and names it. If this order ever changes, check the checkpoint in the callback's
-    `on_train_begin` instead, and turn the ValueError below into TrainingSetupError."""
+def test_a_plain_trainer_refuses_a_checkpoint_saved_without_the_callback(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                         tmp_path, monkeypatch):
+    """transformers loads the optimizer state before any callback event of `train()`: the callback's load hook
+    refuses the checkpoint while its weights load, before torch's own ValueError."""
     checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [])
-    events = []
-
-    class Events(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            events.append("on_train_begin")
-
+    loaded = []
     load = Trainer._load_optimizer_and_scheduler
     monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler",
-                        lambda self, folder: (events.append("optimizer state loaded"), load(self, folder))[1])
-    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
-    Trainer(model=model, args=arguments(tmp_path / "plain", max_steps=3), train_dataset=blocks(tokenizer, ru_lines),
-            callbacks=[Events()]).train(resume_from_checkpoint=str(checkpoint))
-    assert events == ["optimizer state loaded", "on_train_begin"]
-    with pytest.raises(ValueError, match="parameter group"):
+                        lambda self, folder: (loaded.append(folder), load(self, folder))[1])
+    with pytest.raises(TrainingSetupError, match=r"saved without EmbeddingOnlyCallback \(its optimizer state holds "
+                       r"\d+ parameters, this run trains 2\).*rows='new'.*new run"):
         _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "new", checkpoint)
+    assert loaded == []
+
+
+def test_a_plain_trainer_refuses_other_rows_before_loading_the_optimizer_state(tokenizers_en, tokenizers_ru,
+                                                                              ru_lines, tmp_path, monkeypatch):
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
+    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, folder: pytest.fail("loaded"))
+    with pytest.raises(TrainingSetupError, match="rows='new'.*trains rows='all'"):
+        _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "all", checkpoint)
+
+
+def test_a_checkpoint_saved_without_the_callback_resumes_when_it_trained_the_same_parameters(
+        tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A plain run whose body its user froze trained what rows='all' trains: its optimizer state fits."""
+
+    class Freeze(TrainerCallback):
+        def on_init_end(self, args, state, control, model=None, **kwargs):
+            for parameter in model.parameters():
+                parameter.requires_grad_(False)
+            model.get_input_embeddings().weight.requires_grad_(True)
+            model.get_output_embeddings().weight.requires_grad_(True)
+
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [Freeze()])
+    assert not (checkpoint / MARKER).exists()
+    assert _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "all", checkpoint).global_step == 4
 
 
 CHILD_TRAIN = """

@@ -2,8 +2,9 @@
 
 An optimizer state saved for one set of trainable parameters and loaded into another is memory-unsafe: AdamW's
 moments of whole matrices applied to split-off rows (or the reverse) crash the fused step or train on garbage.
-`EmbeddingOnlyCallback` writes which rows trained next to each checkpoint it saves (`MARKER`), and checks, before
-the first step of a resumed run, the marker and the loaded optimizer state against the rows that train now.
+`EmbeddingOnlyCallback` writes which rows trained next to each checkpoint it saves (`MARKER`). When a Trainer
+resumes, it checks the marker and the number of parameters in the checkpoint's optimizer state while the
+checkpoint's weights load, before the optimizer state does; the loaded state's shapes, before the first step.
 """
 
 from __future__ import annotations
@@ -11,19 +12,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
+from transformers import Trainer
 
 from ...atomic import atomic_write_text
 from ...errors import TrainingSetupError
 from ...headers import json_object
 
-__all__ = ["MARKER", "check_marker", "check_optimizer_state", "damaged_checkpoint_json", "plain_checkpoint_error",
-           "read_checkpoint_json", "setup_of", "write_marker"]
+__all__ = ["MARKER", "check_marker", "check_optimizer_size", "check_optimizer_state", "damaged_checkpoint_json",
+           "read_checkpoint_json", "resumed_checkpoint", "setup_of", "write_marker"]
 
 MARKER = "vocabshift_training.json"
+OPTIMIZER = "optimizer.pt"  # where the Trainer saves the optimizer state
 
 
 def setup_of(rows: Any, ids: torch.Tensor | None, parameters: list[torch.nn.Parameter]) -> dict[str, Any]:
@@ -45,7 +50,7 @@ def check_marker(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
         `TrainingSetupError`: naming both setups and the fix.
     """
     path = Path(folder, MARKER)
-    if not path.is_file():  # written by a plain Trainer (or before markers): the optimizer state's shapes tell
+    if not path.is_file():  # written by a plain Trainer: the optimizer state's size and shapes tell
         return
     saved = read_checkpoint_json(path, what="which rows the checkpoint trained", without="with the optimizer "
                                  "state's shapes as the only check")
@@ -112,13 +117,46 @@ def _check_settings(optimizer: Any, group: dict[str, Any]) -> None:
         )
 
 
-def plain_checkpoint_error(folder: str | os.PathLike[str], setup: dict[str, Any]) -> TrainingSetupError:
-    """The error for a checkpoint whose optimizer groups do not fit this run's (saved without the callback)."""
+def resumed_checkpoint() -> str | None:
+    """The checkpoint folder a Trainer resumes from, called while it loads the checkpoint's weights (None for any
+    other load of the model's weights).
+
+    transformers runs no callback event between loading a checkpoint's weights (`Trainer._load_from_checkpoint`)
+    and loading its optimizer state, which fails with torch's own `ValueError` when the state was saved for other
+    parameters: the callback's load hook on the model finds the folder in the Trainer's frame instead.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_load_from_checkpoint" and isinstance(frame.f_locals.get("self"), Trainer):
+            folder = frame.f_locals.get("resume_from_checkpoint")
+            return str(folder) if isinstance(folder, (str, os.PathLike)) else None
+        frame = frame.f_back
+    return None
+
+
+def check_optimizer_size(folder: str | os.PathLike[str], setup: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose optimizer state holds another number of parameters than this run trains (saved
+    without the callback: its optimizer stepped every parameter), before the Trainer loads it.
+
+    Raises:
+        `TrainingSetupError`: naming both numbers and the fix.
+    """
+    path = Path(folder, OPTIMIZER)
+    if not path.is_file():  # saved without optimizer state (save_only_model=True): nothing is loaded
+        return
+    groups = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("param_groups", [])
+    saved = sum(len(group.get("params", [])) for group in groups)
+    if saved != len(setup["shapes"]):
+        raise _plain_checkpoint_error(folder, setup, saved)
+
+
+def _plain_checkpoint_error(folder: str | os.PathLike[str], setup: dict[str, Any], saved: int) -> TrainingSetupError:
+    """The error for a checkpoint whose optimizer state holds `saved` parameters, not this run's."""
     return TrainingSetupError(
-        f"The checkpoint {str(folder)!r} was saved without EmbeddingOnlyCallback (its optimizer trained every "
-        f"parameter), and this run trains rows={_rows(setup)} only: its optimizer state does not fit. Start a new "
-        "run from the checkpoint's weights (from_pretrained(checkpoint), then train() without "
-        "resume_from_checkpoint), or resume without the callback as it was saved."
+        f"The checkpoint {str(folder)!r} was saved without EmbeddingOnlyCallback (its optimizer state holds {saved} "
+        f"parameters, this run trains {len(setup['shapes'])}), and this run trains rows={_rows(setup)} only: its "
+        "optimizer state does not fit. Start a new run from the checkpoint's weights (from_pretrained(checkpoint), "
+        "then train() without resume_from_checkpoint), or resume without the callback as it was saved."
     )
 
 

@@ -22,7 +22,14 @@ from ...record import add_cpt_entry, new_ids_of
 from ._backends import refuse_backend
 from ._finite import check_finite
 from ._optimizer import PREBUILT, check_optimizer, head_rate, peak_rate
-from ._resume import check_marker, check_optimizer_state, plain_checkpoint_error, setup_of, write_marker
+from ._resume import (
+    check_marker,
+    check_optimizer_size,
+    check_optimizer_state,
+    resumed_checkpoint,
+    setup_of,
+    write_marker,
+)
 from ._run import (
     Run,
     check_not_serving_another,
@@ -172,7 +179,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
         self._model = model
-        self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner, requires_grad=flags)
+        run = self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner, requires_grad=flags)
+        run.resume_check = run.rows.model.register_load_state_dict_pre_hook(self._check_resumed_checkpoint)
         check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
@@ -182,9 +190,9 @@ class EmbeddingOnlyCallback(TrainerCallback):
                        **kwargs: Any) -> None:
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
         run = check_ready(self._model, self._run, model)
+        run.resume_check.remove()
         check_optimizer(optimizer, model, self._trainable())
-        if state.global_step > 0:  # resumed: the checkpoint's optimizer state must be this run's
-            self.check_checkpoint(checkpoint_folder(args, state))
+        if state.global_step > 0:  # resumed: the loaded optimizer state must be this run's
             check_optimizer_state(optimizer, self.training_setup())
         run.resumed_from = state.global_step
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
@@ -234,15 +242,12 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """What this run trains (`resume.setup_of`), as checkpoints record it."""
         return setup_of(self.rows, self._started().ids, self._trainable())
 
-    def check_checkpoint(self, folder: str | Path) -> None:
-        """Refuse to resume from `folder` when it was saved with other trainable rows (`TrainingSetupError`)."""
-        if Path(folder).is_dir():
+    def _check_resumed_checkpoint(self, *args: Any) -> None:
+        """The model's load hook: when a Trainer resumes, refuse its checkpoint before its optimizer state loads."""
+        folder = resumed_checkpoint()
+        if folder is not None and Path(folder).is_dir():
             check_marker(folder, self.training_setup())
-
-    def plain_checkpoint_error(self, folder: str | Path) -> TrainingSetupError:
-        """The error for resuming from `folder` when it was saved without this callback (its optimizer state holds
-        every parameter, not this run's)."""
-        return plain_checkpoint_error(folder, self.training_setup())
+            check_optimizer_size(folder, self.training_setup())
 
     def describe_objective(self, describe: Callable[[], dict[str, Any]]) -> None:
         """Have the trainer that computes the loss say what it is, for the record entry this callback writes
@@ -278,6 +283,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def _close(self) -> None:
         run = self._started()
+        run.resume_check.remove()
         run.rows.fold()
         if run.gate is not None:
             run.gate.remove()

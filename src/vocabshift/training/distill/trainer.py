@@ -144,17 +144,8 @@ class DistillationTrainer(Trainer):
                 "source_read": self.source is not None}
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """Check the checkpoint's trainable rows before its optimizer state is loaded (`TrainingSetupError`), then
-        restore where the teacher's schedule and the source replay stood (`PROGRESS`)."""
-        callback = self._embedding_callback()
-        if checkpoint is not None and callback is not None:
-            callback.check_checkpoint(checkpoint)
-        try:
-            super()._load_optimizer_and_scheduler(checkpoint)
-        except ValueError as error:  # torch: the saved groups hold other parameters
-            if checkpoint is None or callback is None or "parameter group" not in str(error):
-                raise
-            raise callback.plain_checkpoint_error(checkpoint) from error
+        """Restore where the teacher's schedule and the source replay stood (`PROGRESS`) with the optimizer state."""
+        super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None and Path(checkpoint, PROGRESS).is_file():  # absent: saved by an older vocabshift
             self._restore_progress(Path(checkpoint, PROGRESS))
 
