@@ -219,6 +219,15 @@ def test_a_plain_trainer_refuses_other_rows_before_loading_the_optimizer_state(t
         _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "all", checkpoint)
 
 
+def test_a_damaged_optimizer_state_is_named(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
+    state = checkpoint / "optimizer.pt"
+    state.write_bytes(state.read_bytes()[:1000])
+    with pytest.raises(TrainingSetupError, match=r"optimizer.pt' cannot be read \(RuntimeError\).*damaged.*another "
+                       "checkpoint"):
+        _resume(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, "new", checkpoint)
+
+
 def test_a_checkpoint_saved_without_the_callback_resumes_when_it_trained_the_same_parameters(
         tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     """A plain run whose body its user froze trained what rows='all' trains: its optimizer state fits."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import sys
 from pathlib import Path
 from types import FrameType
@@ -144,7 +145,14 @@ def check_optimizer_size(folder: str | os.PathLike[str], setup: dict[str, Any]) 
     path = Path(folder, OPTIMIZER)
     if not path.is_file():  # saved without optimizer state (save_only_model=True): nothing is loaded
         return
-    groups = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("param_groups", [])
+    try:
+        groups = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("param_groups", [])
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        raise TrainingSetupError(
+            f"{str(path)!r} cannot be read ({type(error).__name__}): the checkpoint's optimizer state is damaged. "
+            "Resume from another checkpoint, or start a new run from this checkpoint's weights "
+            "(from_pretrained(checkpoint), then train() without resume_from_checkpoint)."
+        ) from error
     saved = sum(len(group.get("params", [])) for group in groups)
     if saved != len(setup["shapes"]):
         raise _plain_checkpoint_error(folder, setup, saved)
