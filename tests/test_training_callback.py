@@ -212,6 +212,35 @@ def test_second_stage_unfreezes_the_body_after_the_step(tokenizers_en, tokenizer
     assert vocabshift.get_record(model).cpt[-1]["second_stage"]["mode"] == ("full" if lora is None else "lora")
 
 
+class Interrupt(TrainerCallback):
+    """Ctrl-C after the first step of the first run."""
+
+    def __init__(self):
+        self.done = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self.done:
+            self.done = True
+            raise KeyboardInterrupt
+
+
+def test_a_second_stage_trains_the_body_when_an_interrupted_trainer_trains_again(tokenizers_en, tokenizers_ru,
+                                                                                  ru_lines, tmp_path):
+    """train() again on a Trainer interrupted before its second stage: the first run's gate, never opened, kept
+    zeroing the body's gradients, so the body never trained while the record said it had."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    callback = vocabshift.EmbeddingOnlyCallback(second_stage=SecondStage(after_step=2))
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=4, weight_decay=0.0),
+                      train_dataset=blocks(tokenizer, ru_lines), callbacks=[callback, Interrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    interrupted = snapshot(model)
+    trainer.train()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, interrupted[name])}
+    assert "model.layers.0.mlp.up_proj.weight" in changed
+    assert vocabshift.get_record(model).cpt[-1]["second_stage"]["after_step"] == 2
+
+
 @pytest.mark.parametrize(("options", "named"), [
     ({"target_modules": ["embed_tokens", "q_proj"]}, "input embeddings (target_modules="),
     ({"target_modules": ["q_proj", "lm_head"]}, "output head (target_modules="),

@@ -195,6 +195,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
         if state.global_step > 0:  # resumed: the loaded optimizer state must be this run's
             check_optimizer_state(optimizer, self.training_setup())
         run.resumed_from = state.global_step
+        if run.gate is not None:  # a train() of this Trainer that was interrupted: its gate, closed, would go on
+            run.gate.remove()  # zeroing the body's gradients after this run's gate opens
         run.gate = BodyGate(run.body) if self.second_stage is not None else None
         if self.second_stage is not None and self.second_stage.after_step >= state.max_steps:
             logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
