@@ -112,6 +112,15 @@ def test_record_and_logs(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
     assert saved["cpt"] == [json.loads(json.dumps(entry))]
 
 
+def test_the_record_names_the_label_smoothing_of_the_loss(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """label_smoothing_factor makes the Trainer's loss a smoothed cross-entropy, which reads higher than a plain
+    one: the entry said a plain next-token objective beside its losses."""
+    model, tokenizer = extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    Trainer(model=model, args=arguments(tmp_path, max_steps=1, label_smoothing_factor=0.1),
+            train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert vocabshift.get_record(model).cpt[-1]["objective"] == {"name": "next_token", "label_smoothing": 0.1}
+
+
 def test_the_record_has_the_batch_size_auto_find_batch_size_trained_with(tokenizers_en, tokenizers_ru, ru_lines,
                                                                          tmp_path):
     """After an out-of-memory error `auto_find_batch_size` trains on with a smaller batch: the entry said the batch

@@ -72,10 +72,12 @@ def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:
     return Path(args.output_dir or ".", f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
 
-def next_token() -> dict[str, Any]:
+def next_token(args: TrainingArguments) -> dict[str, Any]:
     """The objective of a plain Trainer's loss, as the record entry keeps it: a causal LM's next-token
-    cross-entropy."""
-    return {"name": "next_token"}
+    cross-entropy, smoothed where `label_smoothing_factor` is set (its losses then read higher than a plain
+    cross-entropy's)."""
+    smoothing = args.label_smoothing_factor
+    return {"name": "next_token", **({"label_smoothing": smoothing} if smoothing else {})}
 
 
 def best_loaded(args: TrainingArguments, state: TrainerState) -> dict[str, Any]:

@@ -137,7 +137,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         self.head_learning_rate = head_learning_rate
         self.second_stage = second_stage
         self.command = None if command is None else list(command)
-        self._objective: Callable[[], dict[str, Any]] = next_token
+        self._objective: Callable[[], dict[str, Any]] | None = None
         self._model: Model | None = None
         self._run: Run | None = None
 
@@ -254,7 +254,8 @@ class EmbeddingOnlyCallback(TrainerCallback):
     def describe_objective(self, describe: Callable[[], dict[str, Any]]) -> None:
         """Have the trainer that computes the loss say what it is, for the record entry this callback writes
         (`objective`; `describe` is called when training ends). Without it the entry says a plain Trainer's loss, a
-        causal LM's next-token cross-entropy; `DistillationTrainer` calls this when it is built."""
+        causal LM's next-token cross-entropy (with the Trainer's `label_smoothing_factor`); `DistillationTrainer`
+        calls this when it is built."""
         self._objective = describe
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -306,4 +307,5 @@ class EmbeddingOnlyCallback(TrainerCallback):
     def _entry(self, args: TrainingArguments, state: TrainerState) -> dict[str, Any]:
         return record_entry(self._started(), self._model, args, state, rows=self.rows,
                             head_learning_rate=self.head_learning_rate, second_stage=self.second_stage,
-                            objective=self._objective(), command=self.command)
+                            objective=next_token(args) if self._objective is None else self._objective(),
+                            command=self.command)
