@@ -573,6 +573,21 @@ def test_what_each_sharding_backend_gets(tokenizers_en, tokenizers_ru, tmp_path,
 
 
 @pytest.mark.parametrize("rows", ["new", "all"])
+def test_a_run_after_an_abandoned_trainer_gives_the_body_back_trainable(tokenizers_en, tokenizers_ru, ru_lines,
+                                                                        tmp_path, rows):
+    """A Trainer built with the callback and never trained (rebuilt with other arguments, or its train() failed)
+    froze the body; the next Trainer's callback read that frozen body as the flags to give back, so the model
+    ended with its body frozen, and a later full fine-tuning trained its embeddings alone."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    model.model.norm.weight.requires_grad_(False)  # frozen by the user before: it stays frozen
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback(rows=rows)])
+    Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[vocabshift.EmbeddingOnlyCallback(rows=rows)]).train()
+    assert {name: p.requires_grad for name, p in model.named_parameters()} == flags
+
+
+@pytest.mark.parametrize("rows", ["new", "all"])
 def test_a_trainer_after_the_run_trains_what_it_did_before(tokenizers_en, tokenizers_ru, ru_lines, tmp_path, rows):
     """The body stayed frozen after training: a later Trainer on the model (full fine-tuning) trained its embeddings
     alone, and said nothing."""

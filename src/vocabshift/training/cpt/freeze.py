@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 ROW_CHOICES = ("new", "all")
+REQUIRES_GRAD = "_vocabshift_requires_grad"  # on the model: the flags `requires_grad_of` read first (a plain attribute)
 
 
 def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> list[torch.nn.Parameter]:
@@ -60,12 +61,19 @@ def freeze_body(model: Model, *, keep: Iterable[torch.nn.Parameter] = ()) -> lis
 
 
 def requires_grad_of(model: Model) -> dict[str, bool]:
-    """Which parameters require grad, by name: what `restore_requires_grad` gives back after training."""
-    return {name: parameter.requires_grad for name, parameter in model.named_parameters()}
+    """Which parameters require grad, by name: what `restore_requires_grad` gives back after training.
+
+    Kept on the model until then: a Trainer built after one that froze the body and never finished training
+    (built and abandoned, or interrupted) gets the flags from before that one froze it, not its frozen body.
+    """
+    if REQUIRES_GRAD not in model.__dict__:
+        model.__dict__[REQUIRES_GRAD] = {name: p.requires_grad for name, p in model.named_parameters()}
+    return dict(model.__dict__[REQUIRES_GRAD])
 
 
 def restore_requires_grad(model: Model, flags: dict[str, bool]) -> None:
     """Give each parameter named in `flags` its `requires_grad` back (a later Trainer trains what it did before)."""
+    model.__dict__.pop(REQUIRES_GRAD, None)
     for name, parameter in model.named_parameters():
         if name in flags:
             parameter.requires_grad_(flags[name])
