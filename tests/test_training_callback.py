@@ -294,6 +294,18 @@ def test_refuses_two_callbacks_in_one_trainer(tokenizers_en, tokenizers_ru, ru_l
         trainer.train()
 
 
+def test_refuses_one_callback_given_twice(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """The same instance twice: every event ran twice, the record got the run twice and head_learning_rate scaled
+    the head's update twice (its square), without a word."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    callback = vocabshift.EmbeddingOnlyCallback(head_learning_rate=1e-3)
+    trainer = Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                      callbacks=[callback, callback])
+    with pytest.raises(TrainingSetupError, match="is in the Trainer's callbacks twice .* Pass it once"):
+        trainer.train()
+    assert vocabshift.get_record(model).cpt == []
+
+
 def test_refuses_a_model_without_record(tokenizers_en, ru_lines, tmp_path):
     model = make_model("qwen2-tied", tokenizers_en["bytelevel"])
     with pytest.raises(RecordError, match="carries no vocabshift record.*rows='all'"):

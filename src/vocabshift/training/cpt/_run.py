@@ -19,7 +19,8 @@ from .freeze import row_norms
 from .rows import TrainableRows, embedding_parameters
 from .stage import BodyGate
 
-__all__ = ["Run", "best_loaded", "check_not_serving_another", "check_ready", "checkpoint_folder", "next_token",
+__all__ = ["Run", "best_loaded", "check_not_serving_another", "check_once", "check_ready", "checkpoint_folder",
+           "next_token",
            "record_entry", "trained_nothing", "warn_of_a_zero_loss", "warn_of_unseen_rows"]
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class Run:
         loss_step: the step the last `loss` was logged at (the Trainer logs every `logging_steps`, not at the last
             step), for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
+        state: the `TrainerState` of the `train()` that began last (`check_once`).
         warned_zero_loss: the warning that the loss is exactly 0 was given.
         checked_lookups: whether the first steps' batches held a trainable row's id was checked.
         learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
@@ -59,6 +61,7 @@ class Run:
     logs: dict[str, float] = field(default_factory=dict)
     loss_step: int | None = None
     began: bool = False
+    state: Any = None
     warned_zero_loss: bool = False
     checked_lookups: bool = False
     learning_rate: float | None = None
@@ -194,3 +197,15 @@ def check_ready(seen: Model | None, run: Run | None, model: Model | None) -> Run
             "new callback to train again."
         )
     return run
+
+
+def check_once(run: Run, state: TrainerState) -> None:
+    """Refuse a second `on_train_begin` in one `train()` (the Trainer's state is new in each): the same callback is
+    in the Trainer's callbacks twice, and each event would run twice."""
+    if run.state is state:
+        raise TrainingSetupError(
+            "This EmbeddingOnlyCallback is in the Trainer's callbacks twice (callbacks=[callback, callback], or "
+            "trainer.add_callback(callback) with the callback the Trainer was built with): each step would scale "
+            "the head's update twice and the record would get the run twice. Pass it once, in Trainer(callbacks=[...])."
+        )
+    run.state = state

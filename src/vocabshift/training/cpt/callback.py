@@ -33,6 +33,7 @@ from ._resume import (
 from ._run import (
     Run,
     check_not_serving_another,
+    check_once,
     check_ready,
     checkpoint_folder,
     next_token,
@@ -190,6 +191,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
                        **kwargs: Any) -> None:
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
         run = check_ready(self._model, self._run, model)
+        check_once(run, state)
         run.resume_check.remove()
         check_optimizer(optimizer, model, self._trainable())
         if state.global_step > 0:  # resumed: the loaded optimizer state must be this run's
