@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from transformers import TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import vocabshift
 from conftest import make_model
@@ -183,6 +183,20 @@ def test_the_callback_is_the_one_writer_of_the_record_entry(tokenizers_en, token
     DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
                         processing_class=tokenizer, teacher_tokenizer=source, teacher_model=original).train()
     assert vocabshift.get_record(model).cpt == [{"steps": 7, "objective": {"name": "next_token"}, "propagations": 0}]
+
+
+def test_a_callback_reused_in_a_plain_trainer_records_its_loss(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """Distillation for the first steps, then cross-entropy with the same callback: the second run's entry said
+    distillation, the objective the first trainer had described to the callback."""
+    _, model, tokenizer, source = _extended("qwen2-tied", tokenizers_en, tokenizers_ru)
+    callback = vocabshift.EmbeddingOnlyCallback(rows="new")
+    DistillationTrainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=ru_lines[:8],
+                        processing_class=tokenizer, teacher_tokenizer=source, max_length=24,
+                        callbacks=[callback]).train()
+    blocks = [{"input_ids": ids, "labels": ids} for ids in tokenizer(ru_lines[:8], return_tensors="pt",
+                                                                       padding=True)["input_ids"]]
+    Trainer(model=model, args=_args(tmp_path, max_steps=1), train_dataset=blocks, callbacks=[callback]).train()
+    assert [entry["objective"]["name"] for entry in vocabshift.get_record(model).cpt] == ["distillation", "next_token"]
 
 
 def test_all_rows_in_extend_mode_keep_a_frozen_teacher(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):

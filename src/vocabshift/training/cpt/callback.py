@@ -179,7 +179,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         tuner = inject_lora(model, stage.lora, seed=args.seed) if stage is not None and stage.lora else None
         body = body_parameters(model, tuner, embeddings) if stage is not None else []
         freeze_body(model, keep=body)
-        self._model = model
+        self._model, self._objective = model, None  # a trainer of another loss describes it once built
         run = self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner, requires_grad=flags)
         run.resume_check = run.rows.model.register_load_state_dict_pre_hook(self._check_resumed_checkpoint)
         check_optimizer(optimizer, model, self._trainable())
