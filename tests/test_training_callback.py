@@ -250,6 +250,22 @@ def test_a_second_stage_trains_the_body_when_an_interrupted_trainer_trains_again
     assert vocabshift.get_record(model).cpt[-1]["second_stage"]["after_step"] == 2
 
 
+def test_a_run_after_an_abandoned_lora_stage_leaves_a_plain_model(tokenizers_en, tokenizers_ru, ru_lines, tmp_path,
+                                                                   caplog):
+    """A Trainer built with a LoRA second stage and never trained, then one without: the first one's LoRA layers
+    stayed in the model, whose saved weights (q_proj.base_layer.weight, lora_A...) from_pretrained did not read
+    (q_proj drawn at random)."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    names = set(snapshot(model))
+    stage = SecondStage(after_step=1, lora=LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    Trainer(model=model, args=arguments(tmp_path), callbacks=[vocabshift.EmbeddingOnlyCallback(second_stage=stage)])
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        Trainer(model=model, args=arguments(tmp_path, max_steps=1), train_dataset=blocks(tokenizer, ru_lines),
+                callbacks=[vocabshift.EmbeddingOnlyCallback()]).train()
+    assert "SecondStage left its LoRA adapters in the model" in caplog.text
+    assert set(snapshot(model)) == names and set(model.state_dict()) == names
+
+
 @pytest.mark.parametrize(("options", "named"), [
     ({"target_modules": ["embed_tokens", "q_proj"]}, "input embeddings (target_modules="),
     ({"target_modules": ["q_proj", "lm_head"]}, "output head (target_modules="),

@@ -52,7 +52,7 @@ from .freeze import (
     trainable_row_ids,
 )
 from .rows import embedding_parameters, fold_an_earlier_split, split_rows
-from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
+from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_an_earlier_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
 
@@ -166,6 +166,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         check_not_an_adapter(model)
         check_not_serving_another(self._model, self._run, model)
         fold_an_earlier_split(model)
+        merge_an_earlier_lora(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
         if self.head_learning_rate is not None and len(embeddings) < 2:

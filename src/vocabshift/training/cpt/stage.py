@@ -8,6 +8,7 @@ gradients: with LoRA that costs little, with the full body about one extra weigh
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,10 @@ from ..._typing import Model
 from ...arguments import check_count
 from ...errors import InvalidArgumentError
 
-__all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_lora"]
+__all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_an_earlier_lora", "merge_lora"]
+
+logger = logging.getLogger(__name__)
+TUNER = "_vocabshift_lora"  # on the model: the LoRA tuner a second stage injected, until its adapters are merged
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,8 @@ def inject_lora(model: Model, config: Any, *, seed: int) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
-            return LoraModel(model, config, "default")
+            tuner = model.__dict__[TUNER] = LoraModel(model, config, "default")
+            return tuner
         except NoMatchingPeftModuleError:
             raise InvalidArgumentError(
                 f"SecondStage's LoraConfig(target_modules={config.target_modules!r}) names no module of "
@@ -114,8 +119,19 @@ def _check_body_only(model: Model, config: Any, linear: list[str]) -> None:
 def merge_lora(tuner: Any) -> None:
     """Merge the adapters into the base weights and remove the LoRA layers (the model is plain again)."""
     model = tuner.merge_and_unload()
+    model.__dict__.pop(TUNER, None)
     if hasattr(model, "peft_config"):
         del model.peft_config
+
+
+def merge_an_earlier_lora(model: Model) -> None:
+    """A Trainer whose second stage injected LoRA adapters, and that was not trained to its end, left them in the
+    model (whose saved weights from_pretrained would then not read): merge them (what they learned stays)."""
+    tuner = model.__dict__.get(TUNER)
+    if tuner is not None:
+        logger.warning("An earlier Trainer's SecondStage left its LoRA adapters in the model (built, or interrupted, "
+                       "before training ended): merging them into the weights; do not train that Trainer any more.")
+        merge_lora(tuner)
 
 
 def body_parameters(model: Model, tuner: Any, embeddings: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
