@@ -41,6 +41,7 @@ class Run:
             step), for the record.
         began: `on_train_begin` has run (row norms are logged from then on).
         state: the `TrainerState` of the `train()` that began last (`check_once`).
+        closed: the run ended (trained, or diverged): its model is plain, its body trainable again.
         warned_zero_loss: the warning that the loss is exactly 0 was given.
         checked_lookups: whether the first steps' batches held a trainable row's id was checked.
         learning_rate: the optimizer's peak rate of the input rows (`peak_rate`), for the record.
@@ -62,6 +63,7 @@ class Run:
     loss_step: int | None = None
     began: bool = False
     state: Any = None
+    closed: bool = False
     warned_zero_loss: bool = False
     checked_lookups: bool = False
     learning_rate: float | None = None
@@ -190,7 +192,7 @@ def check_ready(seen: Model | None, run: Run | None, model: Model | None) -> Run
             "model_init, which builds a new model in train() after the callback froze the first (not supported: "
             "pass Trainer(model=...)), or the callback was given to a later Trainer (give each its own)."
         )
-    if run.ids is not None and not run.rows.is_split:
+    if run.closed or (run.ids is not None and not run.rows.is_split):
         raise TrainingSetupError(
             "This Trainer has trained once, a later Trainer took the model over, or its callbacks hold a second "
             "EmbeddingOnlyCallback, and EmbeddingOnlyCallback folded its rows back: build a new Trainer with one "

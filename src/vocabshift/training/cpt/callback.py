@@ -291,6 +291,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         run = self._started()
         run.resume_check.remove()
         run.rows.fold()
+        run.closed = True
         if run.gate is not None:
             run.gate.remove()
         if run.tuner is not None:
