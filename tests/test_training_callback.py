@@ -250,6 +250,23 @@ def test_a_second_stage_trains_the_body_when_an_interrupted_trainer_trains_again
     assert vocabshift.get_record(model).cpt[-1]["second_stage"]["after_step"] == 2
 
 
+def test_a_run_after_a_trainer_interrupted_before_its_second_stage_trains_the_body(tokenizers_en, tokenizers_ru,
+                                                                                   ru_lines, tmp_path):
+    """A new Trainer after one interrupted before its second stage: the first one's gate, left on the body closed,
+    zeroed the body's gradients, so the new run's second stage trained nothing of it."""
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    first = Trainer(model=model, args=arguments(tmp_path, max_steps=4), train_dataset=blocks(tokenizer, ru_lines),
+                    callbacks=[vocabshift.EmbeddingOnlyCallback(second_stage=SecondStage(after_step=2)), Interrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    interrupted = snapshot(model)
+    Trainer(model=model, args=arguments(tmp_path, max_steps=2, weight_decay=0.0),
+            train_dataset=blocks(tokenizer, ru_lines),
+            callbacks=[vocabshift.EmbeddingOnlyCallback(second_stage=SecondStage(after_step=1))]).train()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, interrupted[name])}
+    assert "model.layers.0.mlp.up_proj.weight" in changed
+
+
 def test_a_run_after_an_abandoned_lora_stage_leaves_a_plain_model(tokenizers_en, tokenizers_ru, ru_lines, tmp_path,
                                                                    caplog):
     """A Trainer built with a LoRA second stage and never trained, then one without: the first one's LoRA layers

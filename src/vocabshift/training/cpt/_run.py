@@ -16,12 +16,12 @@ from ..._typing import Model
 from ...errors import TrainingSetupError
 from ._optimizer import HeadRate
 from .freeze import row_norms
-from .rows import TrainableRows, embedding_parameters
-from .stage import BodyGate
+from .rows import TrainableRows, embedding_parameters, fold_an_earlier_split
+from .stage import BodyGate, merge_an_earlier_lora, remove_an_earlier_gate
 
 __all__ = ["Run", "best_loaded", "check_not_serving_another", "check_once", "check_ready", "checkpoint_folder",
-           "next_token",
-           "record_entry", "trained_nothing", "warn_of_a_zero_loss", "warn_of_unseen_rows"]
+           "next_token", "record_entry", "trained_nothing", "undo_an_earlier_run", "warn_of_a_zero_loss",
+           "warn_of_unseen_rows"]
 
 logger = logging.getLogger(__name__)
 LOOKUP_STEPS = 10  # the steps whose batches must hold a new token somewhere
@@ -211,3 +211,11 @@ def check_once(run: Run, state: TrainerState) -> None:
             "the head's update twice and the record would get the run twice. Pass it once, in Trainer(callbacks=[...])."
         )
     run.state = state
+
+
+def undo_an_earlier_run(model: Model) -> None:
+    """What a Trainer built on `model` and not trained to its end left in it (built and abandoned, or interrupted):
+    its split rows folded back and its LoRA adapters merged (what they learned stays), its closed gate removed."""
+    fold_an_earlier_split(model)
+    merge_an_earlier_lora(model)
+    remove_an_earlier_gate(model)

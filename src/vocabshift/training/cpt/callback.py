@@ -39,6 +39,7 @@ from ._run import (
     next_token,
     record_entry,
     trained_nothing,
+    undo_an_earlier_run,
     warn_of_a_zero_loss,
     warn_of_unseen_rows,
 )
@@ -51,8 +52,8 @@ from .freeze import (
     row_norms,
     trainable_row_ids,
 )
-from .rows import embedding_parameters, fold_an_earlier_split, split_rows
-from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_an_earlier_lora, merge_lora
+from .rows import embedding_parameters, split_rows
+from .stage import BodyGate, SecondStage, body_parameters, inject_lora, merge_lora
 
 __all__ = ["EmbeddingOnlyCallback"]
 
@@ -165,8 +166,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         refuse_backend(self)
         check_not_an_adapter(model)
         check_not_serving_another(self._model, self._run, model)
-        fold_an_earlier_split(model)
-        merge_an_earlier_lora(model)
+        undo_an_earlier_run(model)
         ids = trainable_row_ids(model, self.rows)
         embeddings = embedding_parameters(model)
         if self.head_learning_rate is not None and len(embeddings) < 2:
@@ -200,7 +200,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         run.resumed_from = state.global_step
         if run.gate is not None:  # a train() of this Trainer that was interrupted: its gate, closed, would go on
             run.gate.remove()  # zeroing the body's gradients after this run's gate opens
-        run.gate = BodyGate(run.body) if self.second_stage is not None else None
+        run.gate = BodyGate(run.rows.model, run.body) if self.second_stage is not None else None
         if self.second_stage is not None and self.second_stage.after_step >= state.max_steps:
             logger.warning(f"SecondStage(after_step={self.second_stage.after_step}) is not before max_steps="
                            f"{state.max_steps}: the body never trains in this run; lower after_step or train longer.")

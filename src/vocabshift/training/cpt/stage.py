@@ -18,10 +18,12 @@ from ..._typing import Model
 from ...arguments import check_count
 from ...errors import InvalidArgumentError
 
-__all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_an_earlier_lora", "merge_lora"]
+__all__ = ["BodyGate", "SecondStage", "body_parameters", "inject_lora", "merge_an_earlier_lora", "merge_lora",
+           "remove_an_earlier_gate"]
 
 logger = logging.getLogger(__name__)
 TUNER = "_vocabshift_lora"  # on the model: the LoRA tuner a second stage injected, until its adapters are merged
+GATE = "_vocabshift_gate"  # on the model: the second stage's gate, until it is removed
 
 
 @dataclass(frozen=True)
@@ -150,10 +152,11 @@ class BodyGate:
     decay, no moments).
     """
 
-    def __init__(self, parameters: list[torch.nn.Parameter]) -> None:
-        self.parameters = parameters
+    def __init__(self, model: Model, parameters: list[torch.nn.Parameter]) -> None:
+        self.model, self.parameters = model, parameters
         self.is_open = False
         self._hooks = [p.register_hook(self._gate) for p in parameters]
+        model.__dict__[GATE] = self  # found by `remove_an_earlier_gate` if this run never ends
 
     def _gate(self, grad: torch.Tensor) -> torch.Tensor:
         return grad if self.is_open else torch.zeros_like(grad)
@@ -170,3 +173,13 @@ class BodyGate:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        if self.model.__dict__.get(GATE) is self:
+            del self.model.__dict__[GATE]
+
+
+def remove_an_earlier_gate(model: Model) -> None:
+    """A Trainer interrupted before its second stage began left its gate on the body, closed: it would zero the
+    body's gradients in every later run (a later second stage, a full fine-tuning). Remove it."""
+    gate = model.__dict__.get(GATE)
+    if gate is not None:
+        gate.remove()
