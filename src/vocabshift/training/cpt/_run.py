@@ -49,7 +49,7 @@ class Run:
             `train_loss` is the mean over the steps after it.
         requires_grad: each parameter's `requires_grad` before the body was frozen, given back when training ends.
         resume_check: the model's load hook that checks the checkpoint a Trainer resumes from (removed when training
-            begins).
+            ends: an interrupted `train()` may resume).
     """
 
     ids: torch.Tensor | None

@@ -193,7 +193,6 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """Check the optimizer again, then install the body gate and the head-rate scaler."""
         run = check_ready(self._model, self._run, model)
         check_once(run, state)
-        run.resume_check.remove()
         check_optimizer(optimizer, model, self._trainable())
         if state.global_step > 0:  # resumed: the loaded optimizer state must be this run's
             check_optimizer_state(optimizer, self.training_setup())
