@@ -110,6 +110,7 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     cached.mkdir(parents=True)
     for file in (root / "blobs").iterdir():
         (cached / file.name).symlink_to(Path("../../../../blobs") / file.name)
+    (root / "cached-link").symlink_to(cached)  # a handy name for a cached model: `ln -s ~/.cache/.../snapshots/abc`
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -454,6 +455,10 @@ API = {
         lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "project"), E.ModelFolderError,
         "project' holds 'NOTES.md', 'src/', which a saved model does not have: vocabshift replaces output folders as "
         "a whole and would delete them"),
+    **{f"save into a Hugging Face cache snapshot{how}": (  # it replaced the snapshot: from_pretrained("me/m") loaded
+        lambda w, path=path: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / path),  # the new model
+        E.InvalidArgumentError, "is in a Hugging Face cache snapshot ('")
+       for how, path in (("", "hub/models--me--m/snapshots/0123abc"), (" through a link", "cached-link"))},
     "save folder=''": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, ""), E.InvalidArgumentError,
                        "folder is an empty path"),
     "save folder=42": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, 42),
@@ -971,8 +976,14 @@ CLI = {
         "/blobs/config.json' that other copies (a Hugging Face cache's snapshots) share and the cache checks by hash"),
     "card into a cache snapshot": (  # with --force it wrote through README.md's link, into the shared blob
         ["card", "{root}/hub/models--me--m/snapshots/0123abc", "--force"],
-        "models--me--m/snapshots/0123abc/README.md' is in a Hugging Face cache snapshot, whose files are links to "
-        "blobs that other snapshots share"),
+        "models--me--m/snapshots/0123abc/README.md' is in a Hugging Face cache snapshot ('"),
+    # each replaced the snapshot's links to blobs by the new model, which from_pretrained("me/m") then loaded
+    **{f"{words[0]} into a Hugging Face cache snapshot": (
+        words, f"{words[-1].format(root='')}' is in a Hugging Face cache snapshot ('")
+       for words in (["extend", "{extended}", "{extended}", "{root}/hub/models--me--m/snapshots/0123abc"],
+                     ["propagate", "{extended}", "{extended}", "{extended}", "{root}/cached-link"],
+                     ["train", "{extended}", "{root}/file.txt", "{root}/hub/models--me--m/snapshots/0123abc/cpt"],
+                     ["gguf", "{extended}", "{root}/cached-link/model.gguf"])},
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),
