@@ -984,6 +984,15 @@ CLI = {
                      ["propagate", "{extended}", "{extended}", "{extended}", "{root}/cached-link"],
                      ["train", "{extended}", "{root}/file.txt", "{root}/hub/models--me--m/snapshots/0123abc/cpt"],
                      ["gguf", "{extended}", "{root}/cached-link/model.gguf"])},
+    # a file of the model folder: transformers' JSON error (extend), the tokenizer's "stream did not contain valid
+    # UTF-8" (train), or "check the path, the repo id, instruct_revision and the token" (propagate)
+    **{f"{words[0]} a file of the model folder": (words, f"/extended/{name}' is a file, not a folder: pass a folder "
+                                                  "written by save_pretrained")
+       for name, words in (("model.safetensors", ["extend", "{extended}/model.safetensors", "{extended}",
+                                                  "{root}/out"]),
+                           ("config.json", ["train", "{extended}/config.json", "{root}/file.txt", "{root}/out"]),
+                           ("model.safetensors", ["propagate", "{extended}", "{extended}",
+                                                  "{extended}/model.safetensors", "{root}/out"]))},
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),

@@ -19,7 +19,7 @@ from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_path, check_repo_id, offline_miss
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
-from .headers import CONFIG_ERRORS, adapter_fix, read_config
+from .headers import CONFIG_ERRORS, adapter_fix, missing_config, read_config
 from .shard_index import check_folder_files, folder_files
 from .vocab.load import load_tokenizer
 
@@ -169,7 +169,9 @@ def _check_model_path(path: str, argument: str) -> None:
             fix = adapter_fix(folder) or "pass a folder written by save_pretrained, or a Hub repo id."
             raise ModelFolderError(f"{argument}={path!r} has no config.json: {fix}")
         read_config(folder)  # a JSON object, or the error says it is corrupted
-    if not folder.exists():
+    elif folder.exists():  # a file of the model (its model.safetensors, config.json)
+        raise missing_config(folder, f"{argument}={path!r}")
+    else:
         try:
             check_repo_id(path, argument=argument)
         except InvalidArgumentError:

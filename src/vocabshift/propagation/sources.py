@@ -25,7 +25,7 @@ from huggingface_hub.utils import validate_repo_id
 from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, PROCESSOR_FILES, TOKENIZER_FILES
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import adapter_fix, load_config, read_config, read_header
+from ..headers import adapter_fix, load_config, missing_config, read_config, read_header
 from ..shard_index import read_index
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
@@ -83,6 +83,8 @@ def open_source(value: str | os.PathLike, *, role: str, revision: str | None, to
         read_config(path)  # a JSON object, or the error says it is corrupted
         files = tuple(sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()))
         return Source(role, str(value), path, files)
+    if path.exists():  # a file of the model (its model.safetensors, config.json), which is no repo id either
+        raise missing_config(path, f"{role}={str(value)!r}")
     return _hub_source(str(value), role, revision, token)
 
 
