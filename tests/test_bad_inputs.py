@@ -111,6 +111,10 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     for file in (root / "blobs").iterdir():
         (cached / file.name).symlink_to(Path("../../../../blobs") / file.name)
     (root / "cached-link").symlink_to(cached)  # a handy name for a cached model: `ln -s ~/.cache/.../snapshots/abc`
+    shutil.copytree(cached, root / "copied-snapshot", symlinks=True)  # `cp -r` of a snapshot: links to blobs it lacks
+    shutil.copytree(root / "extended", root / "lost-template")  # its chat template's blob is gone
+    (root / "lost-template" / "chat_template.jinja").unlink()
+    (root / "lost-template" / "chat_template.jinja").symlink_to("../blobs/gone")
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -993,6 +997,15 @@ CLI = {
                            ("config.json", ["train", "{extended}/config.json", "{root}/file.txt", "{root}/out"]),
                            ("model.safetensors", ["propagate", "{extended}", "{extended}",
                                                   "{extended}/model.safetensors", "{root}/out"]))},
+    # a folder with links that lead nowhere: "has no config.json" (config.json is there, as a link), or the files
+    # they stand for left out of the output without a word (a chat template, a license)
+    **{f"{words[0]} {words[1 if words[0] != 'propagate' else 3].rsplit('/', 1)[1]}": (
+        words, f"{words[1 if words[0] != 'propagate' else 3].rsplit('/', 1)[1]}' holds links that lead nowhere (")
+       for words in (["extend", "{root}/copied-snapshot", "{extended}", "{root}/out"],
+                     ["extend", "{root}/lost-template", "{extended}", "{root}/out"],
+                     ["propagate", "{extended}", "{extended}", "{root}/lost-template", "{root}/out"],
+                     ["card", "{root}/copied-snapshot"], ["inspect", "{root}/copied-snapshot"],
+                     ["push", "{root}/lost-template", "me/x"], ["gguf", "{root}/copied-snapshot", "{root}/out.gguf"])},
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),

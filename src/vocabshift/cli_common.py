@@ -19,7 +19,7 @@ from ._typing import Model, Tokenizer
 from .arguments import check_apart, check_output_path, check_path, check_repo_id, offline_miss
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
-from .headers import CONFIG_ERRORS, adapter_fix, missing_config, read_config
+from .headers import CONFIG_ERRORS, adapter_fix, check_links, missing_config, read_config
 from .shard_index import check_folder_files, folder_files
 from .vocab.load import load_tokenizer
 
@@ -165,6 +165,7 @@ def _check_model_path(path: str, argument: str) -> None:
     """A folder with config.json, or something that can be a Hub repo id (checked before anything is loaded)."""
     folder = check_path(path, name=argument)  # "" would be the current folder
     if folder.is_dir():
+        check_links(folder, f"{argument}={path!r}")
         if not (folder / "config.json").is_file():
             fix = adapter_fix(folder) or "pass a folder written by save_pretrained, or a Hub repo id."
             raise ModelFolderError(f"{argument}={path!r} has no config.json: {fix}")

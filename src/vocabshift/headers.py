@@ -25,8 +25,8 @@ from transformers import AutoConfig, PretrainedConfig
 from .arguments import is_int
 from .errors import ModelFolderError, ShardError
 
-__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "corrupted", "json_object",
-           "load_config", "missing_config", "read_config", "read_header", "read_json_object"]
+__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "check_links", "corrupted",
+           "json_object", "load_config", "missing_config", "read_config", "read_header", "read_json_object"]
 
 # what AutoConfig raises for a config.json it cannot use: an unknown model_type, a field of the wrong type (a
 # hand edit: "vocab_size": 1408.0 fails transformers' strict dataclass validation), a missing field
@@ -63,11 +63,34 @@ def read_config(folder: Path) -> dict[str, Any]:
     Raises:
         `ModelFolderError`: no config.json, or one that is not a JSON object (corrupted).
     """
+    check_links(folder, repr(str(folder)))
     if not (folder / "config.json").is_file():
         raise missing_config(folder, repr(str(folder)))
     config = read_json_object(folder / "config.json")
     _check_dtype(folder / "config.json", config)
     return config
+
+
+def check_links(folder: Path, named: str) -> None:
+    """Refuse a model folder that holds links leading nowhere (`named`: how the message names it): read as it is,
+    the files they stand for would be missing (a chat template, a license, config.json itself) and left out of what
+    is written or uploaded from it. A Hugging Face cache snapshot copied with `cp -r` is such a folder: its links
+    point to blobs the copy does not have.
+
+    Raises:
+        `ModelFolderError`: naming the first broken link, where it points and how to copy the folder whole.
+    """
+    broken = sorted(path for path in folder.rglob("*") if path.is_symlink() and not path.exists())
+    if not broken:
+        return
+    target = os.readlink(broken[0])
+    more = f", and {len(broken) - 1} more" if len(broken) > 1 else ""
+    why = ("it was copied out of a Hugging Face cache without the blobs its links point to (cp -r copies the links, "
+           "not the files): copy the snapshot with cp -rL, or download it with hf download REPO --local-dir DIR, "
+           "and pass that folder" if "blobs" in Path(target).parts else
+           "restore the files they point to, or replace the links by the files")
+    raise ModelFolderError(f"{named} holds links that lead nowhere ({broken[0].relative_to(folder).as_posix()} -> "
+                           f"{target!r}{more}), so the files they stand for are missing: {why}.")
 
 
 def _check_dtype(path: Path, config: dict[str, Any]) -> None:
