@@ -1006,6 +1006,18 @@ CLI = {
                      ["propagate", "{extended}", "{extended}", "{root}/lost-template", "{root}/out"],
                      ["card", "{root}/copied-snapshot"], ["inspect", "{root}/copied-snapshot"],
                      ["push", "{root}/lost-template", "me/x"], ["gguf", "{root}/copied-snapshot", "{root}/out.gguf"])},
+    # a quoted '~' (or one from a config file): "neither a folder nor a Hub repo id: check the path", or "does not
+    # exist", with nothing on the '~' no shell expanded (output paths were already refused so)
+    **{f"{words[0]} {word} quoted": (words, f"{word}' {said} (it starts with '~', which vocabshift does not expand: "
+                                     "a shell does, unquoted at the start of a word; pass '")
+       for word, said, words in (
+           ("~/vocabshift-nowhere", "is neither a folder nor a Hub repo id",
+            ["extend", "~/vocabshift-nowhere", "{extended}", "{root}/out"]),
+           ("~/vocabshift-nowhere", "does not exist",
+            ["propagate", "~/vocabshift-nowhere", "{extended}", "{extended}", "{root}/out"]),
+           ("~/vocabshift-nowhere.txt", "does not exist",
+            ["train", "{extended}", "~/vocabshift-nowhere.txt", "{root}/out"]),
+           ("~/vocabshift-nowhere", "does not exist", ["card", "~/vocabshift-nowhere"]))},
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),

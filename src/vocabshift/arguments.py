@@ -22,7 +22,8 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
            "check_positions", "check_rate", "check_repo_id", "check_seed", "check_shard_size", "check_texts",
-           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions", "offline_miss"]
+           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions", "offline_miss",
+           "unexpanded_home"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: what errors="surrogateescape" leaves of undecodable bytes
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
@@ -133,6 +134,16 @@ def check_path(value: Any, *, name: str) -> Path:
     if not str(value):
         raise InvalidArgumentError(f"{name} is an empty path: pass a path.")
     return Path(value)
+
+
+def unexpanded_home(value: str | os.PathLike[str]) -> str:
+    """For a path to read that starts with a `~` no shell expanded (quoted, or from a config file) and does not
+    exist: a clause saying so, with the path it stands for (to end a "does not exist" message); else ''."""
+    home = str(value).split(os.sep, 1)[0]
+    if not home.startswith("~") or Path(value).exists() or os.path.expanduser(home) == home:
+        return ""
+    return (f" (it starts with {home!r}, which vocabshift does not expand: a shell does, unquoted at the start of a "
+            f"word; pass {os.path.expanduser(value)!r})")
 
 
 def check_output_path(value: Any, *, name: str) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 import transformers
 
 from ._typing import Model, Tokenizer
-from .arguments import check_apart, check_output_path, check_path, check_repo_id, offline_miss
+from .arguments import check_apart, check_output_path, check_path, check_repo_id, offline_miss, unexpanded_home
 from .atomic import check_replaceable
 from .errors import InvalidArgumentError, ModelFolderError, OutputExistsError
 from .headers import CONFIG_ERRORS, adapter_fix, check_links, missing_config, read_config
@@ -176,8 +176,8 @@ def _check_model_path(path: str, argument: str) -> None:
         try:
             check_repo_id(path, argument=argument)
         except InvalidArgumentError:
-            raise ModelFolderError(f"{argument}={path!r} is neither a folder nor a Hub repo id: check the "
-                                   "path.") from None
+            raise ModelFolderError(f"{argument}={path!r} is neither a folder nor a Hub repo id"
+                                   f"{unexpanded_home(path)}: check the path.") from None
 
 
 def card_output(value: str | os.PathLike[str], folder: str, *, force: bool) -> Path:

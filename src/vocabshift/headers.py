@@ -22,7 +22,7 @@ from huggingface_hub.errors import HFValidationError, StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, PretrainedConfig
 
-from .arguments import is_int
+from .arguments import is_int, unexpanded_home
 from .errors import ModelFolderError, ShardError
 
 __all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "check_links", "corrupted",
@@ -153,7 +153,7 @@ def missing_config(folder: Path, named: str) -> ModelFolderError:
     except HFValidationError:
         hub = False
     fix = f"; for a Hub repo, download it first (hf download {folder} --local-dir DIR) and pass DIR" if hub else ""
-    what = "is a file, not a folder" if folder.exists() else "does not exist"
+    what = "is a file, not a folder" if folder.exists() else f"does not exist{unexpanded_home(folder)}"
     return ModelFolderError(f"{named} {what}{' (this step reads local folders only)' if hub else ''}: pass a folder "
                             f"written by save_pretrained{fix}.")
 

@@ -22,6 +22,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
+from ..arguments import unexpanded_home
 from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, PROCESSOR_FILES, TOKENIZER_FILES
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
@@ -84,7 +85,7 @@ def open_source(value: str | os.PathLike, *, role: str, revision: str | None, to
         read_config(path)  # a JSON object, or the error says it is corrupted
         files = tuple(sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()))
         return Source(role, str(value), path, files)
-    if path.exists():  # a file of the model (its model.safetensors, config.json), which is no repo id either
+    if path.exists() or unexpanded_home(path):  # a file of the model (its model.safetensors), '~/model': no repo id
         raise missing_config(path, f"{role}={str(value)!r}")
     return _hub_source(str(value), role, revision, token)
 

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .._typing import Tokenizer as FastTokenizer
-from ..arguments import check_repo_id, offline_miss
+from ..arguments import check_repo_id, offline_miss, unexpanded_home
 from ..errors import InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
 from ..headers import load_config
 from .spm_proto import parse_model
@@ -58,8 +58,8 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
         try:
             check_repo_id(str(value), argument=argument)
         except InvalidArgumentError:
-            raise TokenizerLoadError(f"{argument}={str(value)!r} does not exist, and it is not a Hub repo id either: "
-                                     "check the path.") from None
+            raise TokenizerLoadError(f"{argument}={str(value)!r} does not exist{unexpanded_home(value)}, and it is "
+                                     "not a Hub repo id either: check the path.") from None
     try:
         if path.is_file():
             return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))
