@@ -277,6 +277,10 @@ API = {
     "source_texts=Path": (_extend(source_texts=Path("en.txt")), E.CorpusError, "source_texts is a PosixPath"),
     "source_texts=42": (_extend(source_texts=42), E.CorpusError, "source_texts is a int"),
     "new=''": (_extend(new=""), E.TokenizerLoadError, "new_tokenizer is an empty path"),
+    "new=a tokenizer folder copied out of the cache": (  # it blamed sentencepiece or tiktoken, not installed
+        _extend(new=At(lambda w: w.root / "copied-snapshot")), E.TokenizerLoadError,
+        "copied-snapshot' holds links that lead nowhere (README.md -> '../../../../blobs/README.md', and 6 more), so "
+        "the files they stand for are missing: it was copied out of a Hugging Face cache"),
     "new=missing folder": (_extend(new=At(lambda w: str(w.root / "nowhere"))), E.TokenizerLoadError, "new_tokenizer="),
     "new=broken tokenizer.json": (_extend(new=At(lambda w: w.root / "broken-json")), E.TokenizerLoadError,
                                   "Could not load new_tokenizer="),

@@ -25,8 +25,9 @@ from transformers import AutoConfig, PretrainedConfig
 from .arguments import is_int, unexpanded_home
 from .errors import ModelFolderError, ShardError
 
-__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "check_links", "corrupted",
-           "json_object", "load_config", "missing_config", "read_config", "read_header", "read_json_object"]
+__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "broken_links", "check_links",
+           "corrupted", "json_object", "load_config", "missing_config", "read_config", "read_header",
+           "read_json_object"]
 
 # what AutoConfig raises for a config.json it cannot use: an unknown model_type, a field of the wrong type (a
 # hand edit: "vocab_size": 1408.0 fails transformers' strict dataclass validation), a missing field
@@ -72,25 +73,32 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 
 def check_links(folder: Path, named: str) -> None:
-    """Refuse a model folder that holds links leading nowhere (`named`: how the message names it): read as it is,
-    the files they stand for would be missing (a chat template, a license, config.json itself) and left out of what
-    is written or uploaded from it. A Hugging Face cache snapshot copied with `cp -r` is such a folder: its links
-    point to blobs the copy does not have.
+    """Refuse a model folder that holds links leading nowhere (`named`: how the message names it; see
+    `broken_links`).
 
     Raises:
         `ModelFolderError`: naming the first broken link, where it points and how to copy the folder whole.
     """
+    if why := broken_links(folder, named):
+        raise ModelFolderError(why)
+
+
+def broken_links(folder: Path, named: str) -> str:
+    """What to say of a folder that holds links leading nowhere, else '': read as it is, the files they stand for
+    would be missing (a chat template, a license, config.json itself) and left out of what is written or uploaded
+    from it. A Hugging Face cache snapshot copied with `cp -r` is such a folder: its links point to blobs the copy
+    does not have."""
     broken = sorted(path for path in folder.rglob("*") if path.is_symlink() and not path.exists())
     if not broken:
-        return
+        return ""
     target = os.readlink(broken[0])
     more = f", and {len(broken) - 1} more" if len(broken) > 1 else ""
     why = ("it was copied out of a Hugging Face cache without the blobs its links point to (cp -r copies the links, "
            "not the files): copy the snapshot with cp -rL, or download it with hf download REPO --local-dir DIR, "
            "and pass that folder" if "blobs" in Path(target).parts else
            "restore the files they point to, or replace the links by the files")
-    raise ModelFolderError(f"{named} holds links that lead nowhere ({broken[0].relative_to(folder).as_posix()} -> "
-                           f"{target!r}{more}), so the files they stand for are missing: {why}.")
+    return (f"{named} holds links that lead nowhere ({broken[0].relative_to(folder).as_posix()} -> {target!r}{more}), "
+            f"so the files they stand for are missing: {why}.")
 
 
 def _check_dtype(path: Path, config: dict[str, Any]) -> None:
