@@ -110,6 +110,11 @@ def w(tmp_path_factory, tokenizers_en, tokenizers_ru, ru_lines):
     cached.mkdir(parents=True)
     for file in (root / "blobs").iterdir():
         (cached / file.name).symlink_to(Path("../../../../blobs") / file.name)
+    (root / "cached-link").symlink_to(cached)  # a handy name for a cached model: `ln -s ~/.cache/.../snapshots/abc`
+    shutil.copytree(cached, root / "copied-snapshot", symlinks=True)  # `cp -r` of a snapshot: links to blobs it lacks
+    shutil.copytree(root / "extended", root / "lost-template")  # its chat template's blob is gone
+    (root / "lost-template" / "chat_template.jinja").unlink()
+    (root / "lost-template" / "chat_template.jinja").symlink_to("../blobs/gone")
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for file in (root / "no-tokenizer").glob("tokenizer*"):
@@ -272,6 +277,10 @@ API = {
     "source_texts=Path": (_extend(source_texts=Path("en.txt")), E.CorpusError, "source_texts is a PosixPath"),
     "source_texts=42": (_extend(source_texts=42), E.CorpusError, "source_texts is a int"),
     "new=''": (_extend(new=""), E.TokenizerLoadError, "new_tokenizer is an empty path"),
+    "new=a tokenizer folder copied out of the cache": (  # it blamed sentencepiece or tiktoken, not installed
+        _extend(new=At(lambda w: w.root / "copied-snapshot")), E.TokenizerLoadError,
+        "copied-snapshot' holds links that lead nowhere (README.md -> '../../../../blobs/README.md', and 6 more), so "
+        "the files they stand for are missing: it was copied out of a Hugging Face cache"),
     "new=missing folder": (_extend(new=At(lambda w: str(w.root / "nowhere"))), E.TokenizerLoadError, "new_tokenizer="),
     "new=broken tokenizer.json": (_extend(new=At(lambda w: w.root / "broken-json")), E.TokenizerLoadError,
                                   "Could not load new_tokenizer="),
@@ -454,6 +463,10 @@ API = {
         lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "project"), E.ModelFolderError,
         "project' holds 'NOTES.md', 'src/', which a saved model does not have: vocabshift replaces output folders as "
         "a whole and would delete them"),
+    **{f"save into a Hugging Face cache snapshot{how}": (  # it replaced the snapshot: from_pretrained("me/m") loaded
+        lambda w, path=path: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / path),  # the new model
+        E.InvalidArgumentError, "is in a Hugging Face cache snapshot ('")
+       for how, path in (("", "hub/models--me--m/snapshots/0123abc"), (" through a link", "cached-link"))},
     "save folder=''": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, ""), E.InvalidArgumentError,
                        "folder is an empty path"),
     "save folder=42": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, 42),
@@ -971,8 +984,44 @@ CLI = {
         "/blobs/config.json' that other copies (a Hugging Face cache's snapshots) share and the cache checks by hash"),
     "card into a cache snapshot": (  # with --force it wrote through README.md's link, into the shared blob
         ["card", "{root}/hub/models--me--m/snapshots/0123abc", "--force"],
-        "models--me--m/snapshots/0123abc/README.md' is in a Hugging Face cache snapshot, whose files are links to "
-        "blobs that other snapshots share"),
+        "models--me--m/snapshots/0123abc/README.md' is in a Hugging Face cache snapshot ('"),
+    # each replaced the snapshot's links to blobs by the new model, which from_pretrained("me/m") then loaded
+    **{f"{words[0]} into a Hugging Face cache snapshot": (
+        words, f"{words[-1].format(root='')}' is in a Hugging Face cache snapshot ('")
+       for words in (["extend", "{extended}", "{extended}", "{root}/hub/models--me--m/snapshots/0123abc"],
+                     ["propagate", "{extended}", "{extended}", "{extended}", "{root}/cached-link"],
+                     ["train", "{extended}", "{root}/file.txt", "{root}/hub/models--me--m/snapshots/0123abc/cpt"],
+                     ["gguf", "{extended}", "{root}/cached-link/model.gguf"])},
+    # a file of the model folder: transformers' JSON error (extend), the tokenizer's "stream did not contain valid
+    # UTF-8" (train), or "check the path, the repo id, instruct_revision and the token" (propagate)
+    **{f"{words[0]} a file of the model folder": (words, f"/extended/{name}' is a file, not a folder: pass a folder "
+                                                  "written by save_pretrained")
+       for name, words in (("model.safetensors", ["extend", "{extended}/model.safetensors", "{extended}",
+                                                  "{root}/out"]),
+                           ("config.json", ["train", "{extended}/config.json", "{root}/file.txt", "{root}/out"]),
+                           ("model.safetensors", ["propagate", "{extended}", "{extended}",
+                                                  "{extended}/model.safetensors", "{root}/out"]))},
+    # a folder with links that lead nowhere: "has no config.json" (config.json is there, as a link), or the files
+    # they stand for left out of the output without a word (a chat template, a license)
+    **{f"{words[0]} {words[1 if words[0] != 'propagate' else 3].rsplit('/', 1)[1]}": (
+        words, f"{words[1 if words[0] != 'propagate' else 3].rsplit('/', 1)[1]}' holds links that lead nowhere (")
+       for words in (["extend", "{root}/copied-snapshot", "{extended}", "{root}/out"],
+                     ["extend", "{root}/lost-template", "{extended}", "{root}/out"],
+                     ["propagate", "{extended}", "{extended}", "{root}/lost-template", "{root}/out"],
+                     ["card", "{root}/copied-snapshot"], ["inspect", "{root}/copied-snapshot"],
+                     ["push", "{root}/lost-template", "me/x"], ["gguf", "{root}/copied-snapshot", "{root}/out.gguf"])},
+    # a quoted '~' (or one from a config file): "neither a folder nor a Hub repo id: check the path", or "does not
+    # exist", with nothing on the '~' no shell expanded (output paths were already refused so)
+    **{f"{words[0]} {word} quoted": (words, f"{word}' {said} (it starts with '~', which vocabshift does not expand: "
+                                     "a shell does, unquoted at the start of a word; pass '")
+       for word, said, words in (
+           ("~/vocabshift-nowhere", "is neither a folder nor a Hub repo id",
+            ["extend", "~/vocabshift-nowhere", "{extended}", "{root}/out"]),
+           ("~/vocabshift-nowhere", "does not exist",
+            ["propagate", "~/vocabshift-nowhere", "{extended}", "{extended}", "{root}/out"]),
+           ("~/vocabshift-nowhere.txt", "does not exist",
+            ["train", "{extended}", "~/vocabshift-nowhere.txt", "{root}/out"]),
+           ("~/vocabshift-nowhere", "does not exist", ["card", "~/vocabshift-nowhere"]))},
     "evaluate a Hub id into its record": (["evaluate", "me/model", "{root}/file.txt", "--add-to-record"],
                                           "--add-to-record writes into the config.json of model='me/model', which is "
                                           "no local folder"),

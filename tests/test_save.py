@@ -278,6 +278,28 @@ def test_the_cli_stopped_by_sigterm_leaves_nothing_behind(tmp_path, tokenizers_e
     assert siblings(out) == ["base", "marker", "new"] and not out.exists()
 
 
+def test_a_mount_point_as_output_is_refused_before_any_work(tmp_path, tokenizers_en, tokenizers_ru):
+    """A container volume given as the output folder (docker run -v ...:/out, then OUT=/out): the rename into place
+    failed after all the work with a raw "[Errno 16] Device or resource busy". Run in a mount namespace of its own
+    (root, or a user namespace), skipped where none can be made."""
+    out = tmp_path / "volume"
+    out.mkdir()
+    if subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs '{out}'"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace here (unshare --mount needs root or user namespaces)")
+    source = tokenizers_en["bytelevel"]
+    vocabshift.save_pretrained_atomic(make_model("qwen2-tied", source), source, tmp_path / "base")
+    tokenizers_ru["bytelevel"].save_pretrained(tmp_path / "new")
+    command = (f"mount -t tmpfs tmpfs '{out}' && exec '{sys.executable}' -m vocabshift extend '{tmp_path / 'base'}' "
+               f"'{tmp_path / 'new'}' '{out}' --method mean")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", command], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"output_dir='{out}' is a mount point (a container volume, a mounted disk)" in done.stderr, done.stderr
+    assert siblings(out) == ["base", "new"] and os.listdir(out) == []
+
+
 def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
     """Each writer (process, or call) writes its own temporary sibling: two writers of probe.md once renamed the
     same `.probe.md.partial`, and the second rename failed (FileNotFoundError)."""

@@ -22,7 +22,8 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_apart", "check_choice", "check_count", "check_flag", "check_output_path", "check_path",
            "check_positions", "check_rate", "check_repo_id", "check_seed", "check_shard_size", "check_texts",
-           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions", "offline_miss"]
+           "check_token", "is_collection", "is_int", "lone_surrogate", "model_positions", "offline_miss",
+           "unexpanded_home"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: what errors="surrogateescape" leaves of undecodable bytes
 _SIZE = re.compile(r"\s*(\d+(\.\d*)?)\s*(KB|MB|GB|TB)\s*", re.IGNORECASE)  # what huggingface_hub parses
@@ -135,12 +136,22 @@ def check_path(value: Any, *, name: str) -> Path:
     return Path(value)
 
 
+def unexpanded_home(value: str | os.PathLike[str]) -> str:
+    """For a path to read that starts with a `~` no shell expanded (quoted, or from a config file) and does not
+    exist: a clause saying so, with the path it stands for (to end a "does not exist" message); else ''."""
+    home = str(value).split(os.sep, 1)[0]
+    if not home.startswith("~") or Path(value).exists() or os.path.expanduser(home) == home:
+        return ""
+    return (f" (it starts with {home!r}, which vocabshift does not expand: a shell does, unquoted at the start of a "
+            f"word; pass {os.path.expanduser(value)!r})")
+
+
 def check_output_path(value: Any, *, name: str) -> Path:
     """`check_path` for a path to write: no existing file stands where one of its parent folders must be, and the
     nearest existing one lets this user write (checked before any work, so that a long run does not end in a raw
     error when it writes), and it does not start with an unexpanded `~`. A symbolic link stands for where it
     points: the output is written there, and the link kept (as `save_pretrained` writes through it); one that leads
-    back to itself is refused."""
+    back to itself is refused, and so is a path in a Hugging Face cache repo, as given or where its links lead."""
     path = check_path(value, name=name)
     if found := _SURROGATE.search(str(value)):  # bytes that are not UTF-8, as Python reads them from the OS
         raise InvalidArgumentError(f"{name}={str(value)!r} is not UTF-8 ({found.group()!r} at character "
@@ -159,6 +170,7 @@ def check_output_path(value: Any, *, name: str) -> Path:
             raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: it is, or lies under, a symbolic "
                                        "link that leads back to itself. Fix or remove the link (see ls -l), or "
                                        "pass another path.") from None
+    _check_outside_hub_cache(path, value, name)
     path = Path(os.path.realpath(path)) if path.is_symlink() else path
     nearest = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if nearest is not None and not nearest.is_dir():
@@ -168,6 +180,22 @@ def check_output_path(value: Any, *, name: str) -> Path:
         raise InvalidArgumentError(f"{name}={str(value)!r} cannot be written: this user may not write in "
                                    f"{str(nearest)!r}. Pass a path in a folder you can write to.")
     return path
+
+
+def _check_outside_hub_cache(path: Path, value: Any, name: str) -> None:
+    """Refuse a path in a Hugging Face cache repo (`models--org--name/snapshots/...` or `.../blobs/...`), as given
+    or where its links lead: its snapshots' files are links to blobs that other snapshots share and the cache checks
+    by hash, and from_pretrained would load what vocabshift wrote there as the downloaded repo."""
+    for candidate in (path.absolute(), Path(os.path.realpath(path))):
+        parts = candidate.parts
+        found = [i for i in range(len(parts) - 1) if parts[i + 1] in ("snapshots", "blobs")
+                 and parts[i].startswith(("models--", "datasets--", "spaces--"))]
+        if found:
+            repo = str(Path(*parts[:found[0] + 1]))
+            raise InvalidArgumentError(f"{name}={str(value)!r} is in a Hugging Face cache snapshot ({repo!r}), whose "
+                                       "files are links to blobs that other snapshots share and the cache checks by "
+                                       "hash: writing there would change the downloaded repo. Pass a path outside "
+                                       "the cache.")
 
 
 def check_apart(output: str | os.PathLike[str], *, name: str, **inputs: Any) -> None:

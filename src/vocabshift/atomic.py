@@ -106,9 +106,9 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
     saved `holds` ("model" or "tokenizer") and nothing else (`name`: the argument's name in messages).
 
     Raises:
-        `ModelFolderError`: a file; a non-empty folder without `config.json` (for a model), with files a saved
-            `holds` does not have, or write-protected. `InvalidArgumentError`: a file stands where one of its
-            parent folders must be.
+        `ModelFolderError`: a file; a mount point; a non-empty folder without `config.json` (for a model), with
+            files a saved `holds` does not have, or write-protected. `InvalidArgumentError`: a file stands where one
+            of its parent folders must be.
     """
     target = check_output_path(folder, name=name).absolute()  # "." has no name to build a sibling's from
     if Path.cwd().resolve().is_relative_to(target.resolve()):
@@ -118,6 +118,12 @@ def check_replaceable(folder: str | os.PathLike, *, name: str = "folder", holds:
         )
     if target.exists() and not target.is_dir():
         raise ModelFolderError(f"{name}={str(folder)!r} is a file: pass a folder path for the output.")
+    if os.path.ismount(target):  # renamed into place and aside: the kernel refuses both (EBUSY, EXDEV)
+        raise ModelFolderError(
+            f"{name}={str(folder)!r} is a mount point (a container volume, a mounted disk), and vocabshift writes the "
+            "output beside it, then renames it into place, which cannot replace a mount point. Pass a folder inside "
+            f"it, e.g. {str(Path(folder) / 'model')!r}."
+        )
     if not target.is_dir() or not any(target.iterdir()):
         return target
     if holds == "model" and not (target / "config.json").is_file():

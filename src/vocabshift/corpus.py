@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .arguments import is_collection, lone_surrogate
+from .arguments import is_collection, lone_surrogate, unexpanded_home
 from .errors import CorpusError
 
 __all__ = ["corpus_fingerprint", "documents", "read_texts", "shipped_english", "source_lines"]
@@ -107,7 +107,7 @@ def read_texts(path: str | os.PathLike, *, name: str = "texts") -> list[str]:
     """
     path = Path(path)
     if str(path) != "-" and not path.exists() or path.is_dir():
-        what = "is a folder" if path.is_dir() else "does not exist"
+        what = "is a folder" if path.is_dir() else f"does not exist{unexpanded_home(path)}"
         raise CorpusError(f"{name}={str(path)!r} {what}: pass a UTF-8 text file (.txt, or .txt.xz / .gz / .bz2).")
     lines = [line for line in _file_lines(path, name=name, stream=True) if line.strip()]
     if not lines:

@@ -22,11 +22,12 @@ from huggingface_hub.errors import HFValidationError, StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, PretrainedConfig
 
-from .arguments import is_int
+from .arguments import is_int, unexpanded_home
 from .errors import ModelFolderError, ShardError
 
-__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "corrupted", "json_object",
-           "load_config", "missing_config", "read_config", "read_header", "read_json_object"]
+__all__ = ["CONFIG_ERRORS", "ITEM_BITS", "Header", "TensorInfo", "adapter_fix", "broken_links", "check_links",
+           "corrupted", "json_object", "load_config", "missing_config", "read_config", "read_header",
+           "read_json_object"]
 
 # what AutoConfig raises for a config.json it cannot use: an unknown model_type, a field of the wrong type (a
 # hand edit: "vocab_size": 1408.0 fails transformers' strict dataclass validation), a missing field
@@ -63,11 +64,41 @@ def read_config(folder: Path) -> dict[str, Any]:
     Raises:
         `ModelFolderError`: no config.json, or one that is not a JSON object (corrupted).
     """
+    check_links(folder, repr(str(folder)))
     if not (folder / "config.json").is_file():
         raise missing_config(folder, repr(str(folder)))
     config = read_json_object(folder / "config.json")
     _check_dtype(folder / "config.json", config)
     return config
+
+
+def check_links(folder: Path, named: str) -> None:
+    """Refuse a model folder that holds links leading nowhere (`named`: how the message names it; see
+    `broken_links`).
+
+    Raises:
+        `ModelFolderError`: naming the first broken link, where it points and how to copy the folder whole.
+    """
+    if why := broken_links(folder, named):
+        raise ModelFolderError(why)
+
+
+def broken_links(folder: Path, named: str) -> str:
+    """What to say of a folder that holds links leading nowhere, else '': read as it is, the files they stand for
+    would be missing (a chat template, a license, config.json itself) and left out of what is written or uploaded
+    from it. A Hugging Face cache snapshot copied with `cp -r` is such a folder: its links point to blobs the copy
+    does not have."""
+    broken = sorted(path for path in folder.rglob("*") if path.is_symlink() and not path.exists())
+    if not broken:
+        return ""
+    target = os.readlink(broken[0])
+    more = f", and {len(broken) - 1} more" if len(broken) > 1 else ""
+    why = ("it was copied out of a Hugging Face cache without the blobs its links point to (cp -r copies the links, "
+           "not the files): copy the snapshot with cp -rL, or download it with hf download REPO --local-dir DIR, "
+           "and pass that folder" if "blobs" in Path(target).parts else
+           "restore the files they point to, or replace the links by the files")
+    return (f"{named} holds links that lead nowhere ({broken[0].relative_to(folder).as_posix()} -> {target!r}{more}), "
+            f"so the files they stand for are missing: {why}.")
 
 
 def _check_dtype(path: Path, config: dict[str, Any]) -> None:
@@ -130,7 +161,7 @@ def missing_config(folder: Path, named: str) -> ModelFolderError:
     except HFValidationError:
         hub = False
     fix = f"; for a Hub repo, download it first (hf download {folder} --local-dir DIR) and pass DIR" if hub else ""
-    what = "is a file, not a folder" if folder.exists() else "does not exist"
+    what = "is a file, not a folder" if folder.exists() else f"does not exist{unexpanded_home(folder)}"
     return ModelFolderError(f"{named} {what}{' (this step reads local folders only)' if hub else ''}: pass a folder "
                             f"written by save_pretrained{fix}.")
 

@@ -32,7 +32,7 @@ from ..errors import (
     TokenizerMismatchError,
     UnknownPreTokenizerError,
 )
-from ..headers import Header, load_config, missing_config, read_config
+from ..headers import Header, check_links, load_config, missing_config, read_config
 from ..record import find_record
 from ..shard_index import check_folder_files, folder_files
 from ..vocab.spm_file import sentencepiece_mismatch
@@ -150,6 +150,8 @@ def _check_rows(folder: Path, headers: dict[str, Header]) -> None:
 
 def _check_paths(model_dir: str | os.PathLike, output_path: str | os.PathLike) -> tuple[Path, Path]:
     folder, output = check_path(model_dir, name="model_dir"), check_output_path(output_path, name="output_path")
+    if folder.is_dir():
+        check_links(folder, f"model_dir={str(model_dir)!r}")
     if not (folder / "config.json").is_file():
         raise missing_config(folder, f"model_dir={str(model_dir)!r}")
     if output.is_dir() or output.resolve().is_relative_to(folder.resolve()):

@@ -13,7 +13,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ge
 
 from ..arguments import check_flag, check_path, check_repo_id, check_token
 from ..errors import InvalidArgumentError, ModelFolderError, OutputExistsError, UnsafeWeightsError
-from ..headers import adapter_fix, read_config
+from ..headers import adapter_fix, check_links, read_config
 from ..inspection import inspect_folder
 from ..record import find_record
 from ..serving import SENTENCEPIECE_PROBLEM
@@ -172,6 +172,7 @@ def _files(folder: Path) -> list[str]:
     """Relative POSIX paths of the files to upload, hidden files and folders left out, sorted."""
     if not folder.is_dir():
         raise ModelFolderError(f"folder={str(folder)!r} is not a folder: pass the output folder of save_pretrained.")
+    check_links(folder, f"folder={str(folder)!r}")
     paths = (p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
     return sorted(p.as_posix() for p in paths if not any(part.startswith(".") for part in p.parts))
 

@@ -22,10 +22,11 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
+from ..arguments import unexpanded_home
 from ..atomic import LEGACY_TOKENIZER_FILES, LICENSE_PREFIXES, PROCESSOR_FILES, TOKENIZER_FILES
 from ..embeddings import embedding_names
 from ..errors import InvalidArgumentError, ModelFolderError, ShardError
-from ..headers import adapter_fix, load_config, read_config, read_header
+from ..headers import adapter_fix, check_links, load_config, missing_config, read_config, read_header
 from ..shard_index import read_index
 
 __all__ = ["INDEX", "Layout", "Source", "find_layout", "open_source"]
@@ -77,12 +78,15 @@ def open_source(value: str | os.PathLike, *, role: str, revision: str | None, to
         if revision is not None:
             raise InvalidArgumentError(f"{role}_revision={revision!r} was given but {role}={str(value)!r} is a "
                                        "local folder: pass revisions for Hub repo ids only.")
+        check_links(path, f"{role}={str(value)!r}")
         if not (path / "config.json").is_file():
             fix = adapter_fix(path) or "pass a folder written by save_pretrained, or a Hub repo id."
             raise ModelFolderError(f"{role}={str(value)!r} has no config.json: {fix}")
         read_config(path)  # a JSON object, or the error says it is corrupted
         files = tuple(sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()))
         return Source(role, str(value), path, files)
+    if path.exists() or unexpanded_home(path):  # a file of the model (its model.safetensors), '~/model': no repo id
+        raise missing_config(path, f"{role}={str(value)!r}")
     return _hub_source(str(value), role, revision, token)
 
 

@@ -13,9 +13,9 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .._typing import Tokenizer as FastTokenizer
-from ..arguments import check_repo_id, offline_miss
+from ..arguments import check_repo_id, offline_miss, unexpanded_home
 from ..errors import InvalidArgumentError, InvalidTokenizerError, TokenizerLoadError
-from ..headers import load_config
+from ..headers import broken_links, load_config
 from .spm_proto import parse_model
 
 __all__ = ["fingerprint", "load_tokenizer"]
@@ -58,8 +58,10 @@ def _from_path(value: str | os.PathLike, argument: str) -> Any:
         try:
             check_repo_id(str(value), argument=argument)
         except InvalidArgumentError:
-            raise TokenizerLoadError(f"{argument}={str(value)!r} does not exist, and it is not a Hub repo id either: "
-                                     "check the path.") from None
+            raise TokenizerLoadError(f"{argument}={str(value)!r} does not exist{unexpanded_home(value)}, and it is "
+                                     "not a Hub repo id either: check the path.") from None
+    if path.is_dir() and (why := broken_links(path, f"{argument}={str(value)!r}")):  # else "no tokenizer.json"
+        raise TokenizerLoadError(why)
     try:
         if path.is_file():
             return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(path)))
