@@ -8,11 +8,11 @@ import logging
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model, make_tokenizer
-from vocabshift.errors import NoNewTokensError
+from vocabshift.errors import NoNewTokensError, UnsupportedModelError
 from vocabshift.inspection import record_summary
 from vocabshift.vocab.load import fingerprint
 
@@ -58,6 +58,21 @@ def test_tying_is_preserved(tokenizers_en, tokenizers_ru, architecture):
     assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
     assert model.get_output_embeddings().out_features == model.config.vocab_size
     assert vocabshift.get_record(model).tied == tied
+
+
+def test_a_per_token_tensor_besides_the_embeddings_is_refused_untouched(tokenizers_en, tokenizers_ru):
+    """Marian/mBART/BART add `final_logits_bias`, one value per token outside the head: left at the old size, the
+    extended model failed in its first forward (a raw size mismatch in torch)."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    model = MarianMTModel(MarianConfig(vocab_size=len(source), d_model=32, encoder_layers=1, decoder_layers=1,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                       decoder_ffn_dim=64, pad_token_id=0, decoder_start_token_id=0))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(UnsupportedModelError, match=r"MarianMTModel has final_logits_bias of shape \(1, 700\), one "
+                       r"value per token"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert model.config.vocab_size == len(source) and "vocabshift" not in model.config.to_dict()
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
 
 
 @pytest.mark.parametrize("mode", ["extend", "replace"])

@@ -18,7 +18,7 @@ from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
 from .errors import NoNewTokensError, TokenizerLoadError
-from .extend_checks import check_arguments, check_not_grown, check_not_split
+from .extend_checks import check_arguments, check_no_other_token_tensor, check_not_grown, check_not_split
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
 from .methods import InitContext
@@ -116,6 +116,7 @@ def extend_vocabulary(
     target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
     check_not_split(model)
+    check_no_other_token_tensor(model, embeddings)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")

@@ -1,17 +1,20 @@
-"""What `extend_vocabulary` checks before it touches the model: its arguments, and a model whose rows are not what
-its record and tokenizer say (split off for training, or grown after the last extension)."""
+"""What `extend_vocabulary` checks before it touches the model: its arguments, a model whose rows are not what its
+record and tokenizer say (split off for training, or grown after the last extension), and one with a per-token tensor
+it would not resize."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ._typing import Model
 from .arguments import check_choice, check_count, check_flag, check_seed
-from .embeddings import SPLIT, find_embeddings
-from .errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupError
+from .embeddings import SPLIT, Embeddings, find_embeddings
+from .errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupError, UnsupportedModelError
 from .record import find_record
 
-__all__ = ["check_arguments", "check_not_grown", "check_not_split"]
+__all__ = ["check_arguments", "check_no_other_token_tensor", "check_not_grown", "check_not_split"]
 
 _MODES = ("extend", "replace")
 _MAX_MULTIPLE = 65536
@@ -58,4 +61,24 @@ def check_not_grown(model: Model, rows: int, tokens: int) -> None:
             "Pass the tokenizer those tokens were added to as source_tokenizer; if the rows hold no token (a resize "
             "that only padded), "
             f"model.resize_token_embeddings({record.new_num_rows}) removes them first."
+        )
+
+
+def check_no_other_token_tensor(model: Model, embeddings: Embeddings) -> None:
+    """Refuse a model with a float tensor of one value per token besides the head's bias, added to the logits
+    (Marian's, mBART's and BART's `final_logits_bias` buffer): extension would leave it at the old size, and the
+    extended model would fail in its first forward. Only the last dimension is read, as logits are: position tables
+    and id buffers of as many entries as the vocabulary are not per-token tensors."""
+    def per_token(tensor: torch.Tensor) -> bool:
+        return tensor.is_floating_point() and tensor.dim() > 0 and tensor.shape[-1] == embeddings.num_rows
+
+    bias = embeddings.bias
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    found = next(((name, t) for name, t in tensors if t is not bias and per_token(t)), None)
+    if found is not None:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} has {found[0]} of shape {tuple(found[1].shape)}, one value per token besides "
+            "its embeddings and output head, which vocabshift does not resize: the extended model would fail in its "
+            "first forward. vocabshift extends models whose only per-token tensors are the input embeddings, the "
+            "output head and its bias (decoder-only LLMs, encoders such as BERT, T5)."
         )
