@@ -174,18 +174,15 @@ class EmbeddingNames:
     """Parameter names of a model class's embedding tensors (a tied pair shares names).
 
     Attributes:
-        input / head (`list[str]`): every name of the input matrix and of the head's weight (empty: no head).
+        input / head / bias (`list[str]`): every name of the input matrix, of the head's weight and of its bias
+            (empty: none; BERT's bias is `cls.predictions.decoder.bias` and, as stored, `cls.predictions.bias`).
         tied (`bool`): the head's weight is the input matrix.
     """
 
     input: list[str]
     head: list[str]
+    bias: list[str]
     tied: bool
-
-    @property
-    def bias(self) -> list[str]:
-        """The names a head bias would have (`lm_head.weight` -> `lm_head.bias`)."""
-        return [name.removesuffix("weight") + "bias" for name in self.head if name.endswith("weight")]
 
 
 def embedding_names(config: Any) -> EmbeddingNames:
@@ -200,9 +197,10 @@ def embedding_names(config: Any) -> EmbeddingNames:
     inputs, head = _modules(model)
     named = list(model.named_parameters(remove_duplicate=False))
     input_names = [n for n, p in named if p is inputs.weight]
-    head_names = [n for n, p in named if p is getattr(head, "weight", None)]
+    head_names, bias_names = ([n for n, p in named if p is getattr(head, what, None)] for what in ("weight", "bias"))
     tied = bool(head_names) and bool(set(input_names) & set(head_names))
-    return EmbeddingNames(_with_saved_names(model, input_names), _with_saved_names(model, head_names), tied)
+    inputs_saved, head_saved, bias_saved = (_with_saved_names(model, n) for n in (input_names, head_names, bias_names))
+    return EmbeddingNames(inputs_saved, head_saved, bias_saved, tied)
 
 
 def _with_saved_names(model: Any, names: list[str]) -> list[str]:
