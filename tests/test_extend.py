@@ -8,7 +8,19 @@ import logging
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel
+from tokenizers import AddedToken
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    CLIPVisionConfig,
+    GenerationConfig,
+    LlamaConfig,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+    MarianConfig,
+    MarianMTModel,
+)
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model, make_tokenizer
@@ -205,6 +217,25 @@ def test_replace_mode_remaps_the_post_processor(tokenizers_en, tokenizers_ru):
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
     ids = tokenizer.encode("Привет")
     assert ids[0] == tokenizer.bos_token_id == model.config.bos_token_id
+
+
+def _llava(vocab_size: int, image_token_index: int) -> LlavaForConditionalGeneration:
+    text = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2)
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                              image_size=32, patch_size=16)
+    return LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision,
+                                                     image_token_index=image_token_index)).eval()
+
+
+def test_replace_mode_moves_a_vision_models_image_token_index(tokenizers_en, tokenizers_ru):
+    """Llava (PaliGemma, Gemma-3, Mistral-3) name their image token `image_token_index`: replace mode moved the
+    `<image>` token but left the config's id, which then named an ordinary token of the new vocabulary."""
+    source, new = copy.deepcopy(tokenizers_en["bytelevel"]), tokenizers_ru["bytelevel"]
+    source.add_tokens([AddedToken("<image>", special=True, normalized=False)], special_tokens=True)
+    model = _llava(len(source), source.convert_tokens_to_ids("<image>"))
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
+    assert model.config.image_token_index == tokenizer.convert_tokens_to_ids("<image>") != len(source) - 1
 
 
 def test_default_source_tokenizer_comes_from_the_model_folder(tokenizers_en, tokenizers_ru, tmp_path):
