@@ -24,7 +24,7 @@ from transformers import (
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model, make_tokenizer
-from vocabshift.errors import NoNewTokensError, UnsupportedModelError
+from vocabshift.errors import NoNewTokensError, TokenizerMismatchError, UnsupportedModelError
 from vocabshift.inspection import record_summary
 from vocabshift.vocab.load import fingerprint
 
@@ -236,6 +236,19 @@ def test_replace_mode_moves_a_vision_models_image_token_index(tokenizers_en, tok
     model = _llava(len(source), source.convert_tokens_to_ids("<image>"))
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
     assert model.config.image_token_index == tokenizer.convert_tokens_to_ids("<image>") != len(source) - 1
+
+
+def test_a_source_tokenizer_without_the_models_image_token_is_refused_untouched(tokenizers_en, tokenizers_ru):
+    """Llava given its language model's tokenizer, which lacks `<image>` (id 700, its row the last): the first new
+    token took id 700, which the model reads as its image token."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    model = _llava(len(source) + 1, len(source))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(TokenizerMismatchError, match=r"config.image_token_index=700 names no token of "
+                       r"source_tokenizer \(700 tokens\), and the new token 'ĠÐ' would take that id"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
+    assert "vocabshift" not in model.config.to_dict()
 
 
 def test_default_source_tokenizer_comes_from_the_model_folder(tokenizers_en, tokenizers_ru, tmp_path):

@@ -18,7 +18,13 @@ from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
 from .errors import NoNewTokensError, TokenizerLoadError
-from .extend_checks import check_arguments, check_no_other_token_tensor, check_not_grown, check_not_split
+from .extend_checks import (
+    check_arguments,
+    check_config_ids,
+    check_no_other_token_tensor,
+    check_not_grown,
+    check_not_split,
+)
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
 from .methods import InitContext
@@ -128,6 +134,8 @@ def extend_vocabulary(
         _warn_source_changes(report, source_texts is None, keep_source_segmentation)
     else:
         target = replacement_tokenizer(source, new)
+    if mode == "extend":
+        check_config_ids(model, len(source), target)
     alignment = align(source, target, keep_source_ids=mode == "extend", new=new)
     repeated = _extended_with(model, new)
     if not alignment.new_ids:

@@ -8,13 +8,14 @@ from typing import Any
 
 import torch
 
-from ._typing import Model
+from ._typing import Model, Tokenizer
 from .arguments import check_choice, check_count, check_flag, check_seed
 from .embeddings import SPLIT, Embeddings, find_embeddings
 from .errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupError, UnsupportedModelError
 from .record import find_record
+from .vocab.ids import ID_SUFFIXES
 
-__all__ = ["check_arguments", "check_no_other_token_tensor", "check_not_grown", "check_not_split"]
+__all__ = ["check_arguments", "check_config_ids", "check_no_other_token_tensor", "check_not_grown", "check_not_split"]
 
 _MODES = ("extend", "replace")
 _MAX_MULTIPLE = 65536
@@ -82,3 +83,22 @@ def check_no_other_token_tensor(model: Model, embeddings: Embeddings) -> None:
             "first forward. vocabshift extends models whose only per-token tensors are the input embeddings, the "
             "output head and its bias (decoder-only LLMs, encoders such as BERT, T5)."
         )
+
+
+def check_config_ids(model: Model, source_size: int, target: Tokenizer) -> None:
+    """Refuse (extend mode) a config token id that `source_tokenizer` has no token for and a new token would take
+    (Llava's `image_token_index` when given its language model's tokenizer, without `<image>`): the model would read
+    that new token as its image or control token."""
+    configs = [model.config, model.config.get_text_config(), getattr(model, "generation_config", None)]
+    for config in filter(None, {id(c): c for c in configs}.values()):
+        for name, value in filter(lambda item: item[0].endswith(ID_SUFFIXES), vars(config).items()):
+            taken = [i for i in (value if isinstance(value, list) else [value])
+                     if type(i) is int and source_size <= i < len(target)]
+            if taken:
+                raise TokenizerMismatchError(
+                    f"config.{name}={value} names no token of source_tokenizer ({source_size} tokens), and the new "
+                    f"token {target.convert_ids_to_tokens(taken[0])!r} would take that id, which the model reads as "
+                    f"its {name.removesuffix('_id').removesuffix('_index')}: pass the model's own tokenizer, with "
+                    "that token, as source_tokenizer (the one saved next to its weights; for a vision-language "
+                    "model AutoProcessor's .tokenizer)."
+                )

@@ -7,10 +7,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["remap_token_ids"]
+__all__ = ["ID_SUFFIXES", "remap_token_ids"]
 
 logger = logging.getLogger(__name__)
-_SUFFIXES = ("_token_id", "_token_index")
+# The config entries that hold token ids (`eos_token_id`, Llava's `image_token_index`).
+ID_SUFFIXES = ("_token_id", "_token_index")
 
 
 def remap_token_ids(values: Mapping[str, Any], map_id: Callable[[int], int | None]) -> dict[str, Any]:
@@ -29,4 +30,4 @@ def remap_token_ids(values: Mapping[str, Any], map_id: Callable[[int], int | Non
         return new
 
     return {name: mapped(name, value) for name, value in values.items()
-            if name.endswith(_SUFFIXES) and value is not None}
+            if name.endswith(ID_SUFFIXES) and value is not None}
