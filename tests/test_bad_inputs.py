@@ -332,6 +332,10 @@ API = {
                      E.UnsupportedModelError, "Linear has no input embedding matrix"),
     "model=None": (lambda w: vocabshift.extend_vocabulary(None, w.new, source_tokenizer=w.source),
                    E.UnsupportedModelError, "NoneType has no input embedding matrix"),
+    "model=DataParallel": (  # the fix said "pass a transformers model", which the user thought they did
+        lambda w: vocabshift.extend_vocabulary(torch.nn.DataParallel(w.model), w.new, source_tokenizer=w.source),
+        E.UnsupportedModelError, "DataParallel has no input embedding matrix (get_input_embeddings() gave NoneType): "
+        "pass the Qwen2ForCausalLM it wraps (model.module)"),
     # EmbeddingOnlyCallback and SecondStage
     "rows='old'": (lambda w: EmbeddingOnlyCallback(rows="old"), E.InvalidArgumentError, "rows='old'"),
     "rows=5": (lambda w: EmbeddingOnlyCallback(rows=5), E.InvalidArgumentError, "rows=5"),

@@ -118,10 +118,11 @@ def find_embeddings(model: Model) -> Embeddings:
     head = found if isinstance(getattr(found, "weight", None), torch.Tensor) else None
     weight = input_matrix(model)
     if weight is None:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() gave "
-            f"{type(inputs).__name__}): pass a transformers model with token embeddings."
-        )
+        inner = getattr(model, "module", None)  # DataParallel, DistributedDataParallel
+        fix = f"the {type(inner).__name__} it wraps (model.module)" if isinstance(inner, torch.nn.Module) else \
+            "a transformers model with token embeddings"
+        raise UnsupportedModelError(f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() "
+                                    f"gave {type(inputs).__name__}): pass {fix}.")
     _check_head_writable(model, found, head)
     if head is not None and head.weight.shape != weight.shape:
         raise UnsupportedModelError(
