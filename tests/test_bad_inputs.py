@@ -19,7 +19,14 @@ from datasets import Dataset, DatasetDict, IterableDataset
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models
-from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
+from transformers import (
+    CLIPImageProcessor,
+    LlavaProcessor,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Trainer,
+    TrainingArguments,
+)
 
 import vocabshift
 from conftest import ROOT, make_model, make_tokenizer
@@ -308,6 +315,11 @@ API = {
     "new=the source itself": (_extend(new=At(lambda w: w.source)), E.NoNewTokensError, "adds no token"),
     "new=Unigram into BPE": (_extend(new=At(lambda w: w.unigram)), E.IncompatibleTokenizerError, "Unigram tokenizer"),
     "source=42": (_extend(source_tokenizer=42), E.InvalidTokenizerError, "source_tokenizer is a int"),
+    "source=a vision-language model's processor": (  # the fix listed tokenizer forms, not the one the user held
+        _extend(source_tokenizer=At(lambda w: LlavaProcessor(image_processor=CLIPImageProcessor(), tokenizer=w.source,
+                                                             patch_size=16))),
+        E.InvalidTokenizerError, "source_tokenizer is a LlavaProcessor, which holds a tokenizer: pass its .tokenizer "
+        "(processor.tokenizer)"),
     "source=another model's": (_extend(source_tokenizer=At(lambda w: w.new)), E.TokenizerMismatchError,
                                "source_tokenizer has"),
     "source=a tokenizer thousands of rows short": (
