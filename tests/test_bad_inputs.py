@@ -169,6 +169,13 @@ def _specials_only():
     return tokenizer
 
 
+def _with_words(tokenizer, *words):
+    """A copy of `tokenizer` with `words` added (`tokenizer.add_tokens`), as for a few domain terms."""
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.add_tokens(list(words))
+    return tokenizer
+
+
 def _with_a_marker(tokenizer):
     """A copy of `tokenizer` given one more special token, as after `tokenizer.add_tokens([...])`."""
     tokenizer = copy.deepcopy(tokenizer)
@@ -313,6 +320,12 @@ API = {
     "new=a model": (_extend(new=At(lambda w: w.model)), E.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM"),
     "new=dict": (_extend(new={"vocab": {}}), E.InvalidTokenizerError, "new_tokenizer is a dict"),
     "new=the source itself": (_extend(new=At(lambda w: w.source)), E.NoNewTokensError, "adds no token"),
+    "new=the source with words added by add_tokens": (  # it said all 703 tokens were present
+        _extend(new=At(lambda w: _with_words(w.source, "COVID-19", "mRNA"))), E.NoNewTokensError,
+        "new_tokenizer's only tokens that the model's tokenizer lacks are added tokens ('COVID-19', 'mRNA'), which "
+        "extend_vocabulary leaves out (it merges the pieces of a tokenizer's model): give the model those tokens "
+        "with tokenizer.add_tokens([...]) and model.resize_token_embeddings(len(tokenizer)), or extend with a "
+        "tokenizer trained on target-language text"),
     "new=Unigram into BPE": (_extend(new=At(lambda w: w.unigram)), E.IncompatibleTokenizerError, "Unigram tokenizer"),
     "source=42": (_extend(source_tokenizer=42), E.InvalidTokenizerError, "source_tokenizer is a int"),
     "source=a vision-language model's processor": (  # the fix listed tokenizer forms, not the one the user held

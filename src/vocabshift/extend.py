@@ -139,11 +139,7 @@ def extend_vocabulary(
     alignment = align(source, target, keep_source_ids=mode == "extend", new=new)
     repeated = _extended_with(model, new)
     if not alignment.new_ids:
-        raise NoNewTokensError(
-            f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): "
-            + (_REPEATED + " keep the model and tokenizer that call returned." if repeated else
-               "pass a tokenizer trained on target-language text.")
-        )
+        raise _no_new_tokens(source, new, repeated)
     num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
     if repeated:
         _warn_repeated(target, alignment.new_ids, num_rows)
@@ -157,6 +153,25 @@ def extend_vocabulary(
     attach_sentencepiece(source, target, mode=mode, lines=[*check_texts, *(target_lines or [])])
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
+
+
+def _no_new_tokens(source: Tokenizer, new: Tokenizer, repeated: bool) -> NoNewTokensError:
+    """The error for a new tokenizer that brings nothing, naming the tokens added to it (`add_tokens`) where those
+    are what it brings: the merge leaves added tokens out."""
+    added = sorted(set(new.get_added_vocab()) - set(source.get_vocab()))
+    if added and not repeated:
+        return NoNewTokensError(
+            f"new_tokenizer's only tokens that the model's tokenizer lacks are added tokens "
+            f"({', '.join(map(repr, added[:5]))}{', ...' if len(added) > 5 else ''}), which extend_vocabulary leaves "
+            "out (it merges the pieces of a tokenizer's model): give the model those tokens with "
+            "tokenizer.add_tokens([...]) and model.resize_token_embeddings(len(tokenizer)), or extend with a "
+            "tokenizer trained on target-language text."
+        )
+    return NoNewTokensError(
+        f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): "
+        + (_REPEATED + " keep the model and tokenizer that call returned." if repeated else
+           "pass a tokenizer trained on target-language text.")
+    )
 
 
 def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None:
