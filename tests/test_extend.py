@@ -13,7 +13,10 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoTokenizer,
+    BertConfig,
     CLIPVisionConfig,
+    EncoderDecoderConfig,
+    EncoderDecoderModel,
     GenerationConfig,
     LlamaConfig,
     LlavaConfig,
@@ -217,6 +220,21 @@ def test_replace_mode_remaps_the_post_processor(tokenizers_en, tokenizers_ru):
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
     ids = tokenizer.encode("Привет")
     assert ids[0] == tokenizer.bos_token_id == model.config.bos_token_id
+
+
+def test_a_head_tied_to_another_embedding_than_the_input_is_refused_untouched(tokenizers_en, tokenizers_ru):
+    """EncoderDecoderModel (bert2bert): the input embeddings are the encoder's, the head is tied to the decoder's.
+    Both were resized but the encoder's config kept the old vocab_size, so the saved model did not load."""
+    source, new = tokenizers_en["wordpiece"], tokenizers_ru["wordpiece"]
+    shape = dict(vocab_size=len(source), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                 intermediate_size=64)
+    model = EncoderDecoderModel(config=EncoderDecoderConfig.from_encoder_decoder_configs(
+        BertConfig(**shape), BertConfig(**shape, is_decoder=True, add_cross_attention=True)))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(UnsupportedModelError, match=r"EncoderDecoderModel's output head is tied to "
+                       r"decoder.bert.embeddings.word_embeddings, a token embedding other than its input embeddings"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
 
 
 def _llava(vocab_size: int, image_token_index: int) -> LlavaForConditionalGeneration:

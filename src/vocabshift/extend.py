@@ -21,6 +21,7 @@ from .errors import NoNewTokensError, TokenizerLoadError
 from .extend_checks import (
     check_arguments,
     check_config_ids,
+    check_head_partner,
     check_no_other_token_tensor,
     check_not_grown,
     check_not_split,
@@ -123,6 +124,7 @@ def extend_vocabulary(
     embeddings = find_embeddings(model)
     check_not_split(model)
     check_no_other_token_tensor(model, embeddings)
+    check_head_partner(model, embeddings)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")

@@ -15,7 +15,14 @@ from .errors import InvalidArgumentError, TokenizerMismatchError, TrainingSetupE
 from .record import find_record
 from .vocab.ids import ID_SUFFIXES
 
-__all__ = ["check_arguments", "check_config_ids", "check_no_other_token_tensor", "check_not_grown", "check_not_split"]
+__all__ = [
+    "check_arguments",
+    "check_config_ids",
+    "check_head_partner",
+    "check_no_other_token_tensor",
+    "check_not_grown",
+    "check_not_split",
+]
 
 _MODES = ("extend", "replace")
 _MAX_MULTIPLE = 65536
@@ -102,3 +109,18 @@ def check_config_ids(model: Model, source_size: int, target: Tokenizer) -> None:
                     "that token, as source_tokenizer (the one saved next to its weights; for a vision-language "
                     "model AutoProcessor's .tokenizer)."
                 )
+
+
+def check_head_partner(model: Model, embeddings: Embeddings) -> None:
+    """Refuse a head tied to a token embedding other than the input one (EncoderDecoderModel: the input embeddings
+    are the encoder's, the head is tied to the decoder's): extension writes one matrix and one vocab_size, so the
+    other sub-model's config would keep the old size, and the saved model would not load."""
+    head = getattr(embeddings.head, "weight", None)
+    partner = next((name for name, module in model.named_modules() if isinstance(module, torch.nn.Embedding)
+                    and module.weight is head and module is not embeddings.input), None)
+    if head is not None and head is not embeddings.input.weight and partner is not None:
+        raise UnsupportedModelError(
+            f"{type(model).__name__}'s output head is tied to {partner}, a token embedding other than its input "
+            "embeddings (get_input_embeddings()): vocabshift extends a model with one token embedding matrix and "
+            "its head (a causal LM, an encoder, T5 with its shared embeddings)."
+        )
