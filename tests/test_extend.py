@@ -269,6 +269,24 @@ def test_a_source_tokenizer_without_the_models_image_token_is_refused_untouched(
     assert "vocabshift" not in model.config.to_dict()
 
 
+def test_a_source_tokenizer_without_special_token_roles_is_warned_about(tokenizers_en, tokenizers_ru, tmp_path,
+                                                                         caplog):
+    """source_tokenizer as the model's tokenizer.json (accepted) carries no eos/pad roles nor chat template: the
+    returned tokenizer had none either, silently, and the folder saved with it failed `inspect`."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    source.backend_tokenizer.save(str(tmp_path / "tokenizer.json"))
+    model = make_model("qwen2-tied", source)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        tokenizer = model.extend_vocabulary(new, source_tokenizer=tmp_path / "tokenizer.json")
+    assert tokenizer.eos_token is None
+    assert "source_tokenizer has no eos_token while the model's config names eos_token_id=2 ('<|im_end|>'): a " \
+        "tokenizer.json or a tokenizers.Tokenizer carries no special-token roles nor chat template, so the returned " \
+        "tokenizer has none either" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        make_model("qwen2-tied", source).extend_vocabulary(new, source_tokenizer=source)
+    assert caplog.text.count("has no eos_token") == 1
+
+
 def test_default_source_tokenizer_comes_from_the_model_folder(tokenizers_en, tokenizers_ru, tmp_path):
     source, new = _pair(tokenizers_en, tokenizers_ru, "qwen2-tied")
     make_model("qwen2-tied", source).save_pretrained(tmp_path)

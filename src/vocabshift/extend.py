@@ -25,6 +25,7 @@ from .extend_checks import (
     check_no_other_token_tensor,
     check_not_grown,
     check_not_split,
+    warn_without_roles,
 )
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
@@ -129,6 +130,7 @@ def extend_vocabulary(
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
     check_not_grown(model, embeddings.num_rows, len(source))
+    warn_without_roles(model, source)
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts, target_texts=target_lines,

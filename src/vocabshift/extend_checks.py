@@ -4,6 +4,7 @@ it would not resize."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -22,8 +23,10 @@ __all__ = [
     "check_no_other_token_tensor",
     "check_not_grown",
     "check_not_split",
+    "warn_without_roles",
 ]
 
+logger = logging.getLogger(__name__)
 _MODES = ("extend", "replace")
 _MAX_MULTIPLE = 65536
 
@@ -123,4 +126,19 @@ def check_head_partner(model: Model, embeddings: Embeddings) -> None:
             f"{type(model).__name__}'s output head is tied to {partner}, a token embedding other than its input "
             "embeddings (get_input_embeddings()): vocabshift extends a model with one token embedding matrix and "
             "its head (a causal LM, an encoder, T5 with its shared embeddings)."
+        )
+
+
+def warn_without_roles(model: Model, source: Tokenizer) -> None:
+    """Warn when `source` has no eos token but the model's config names one: a tokenizer.json or a
+    `tokenizers.Tokenizer` (accepted as source_tokenizer) carries no special-token roles nor chat template, so the
+    returned tokenizer, and the folder saved with it, would lack them without a word."""
+    eos = model.config.get_text_config().eos_token_id
+    first = eos[0] if isinstance(eos, list) and eos else eos
+    if source.eos_token is None and type(first) is int and first < len(source):
+        logger.warning(
+            "source_tokenizer has no eos_token while the model's config names eos_token_id=%s (%r): a tokenizer.json "
+            "or a tokenizers.Tokenizer carries no special-token roles nor chat template, so the returned tokenizer "
+            "has none either. Pass the model's tokenizer folder, or AutoTokenizer.from_pretrained(...) of it, as "
+            "source_tokenizer.", eos, source.convert_ids_to_tokens(first),
         )
