@@ -473,6 +473,11 @@ API = {
     # saving, propagating, publishing, inspecting
     "save model=None": (lambda w: vocabshift.save_pretrained_atomic(None, w.source, w.root / "out-1"),
                         E.InvalidArgumentTypeError, "model is a NoneType"),
+    "save model=DataParallel": (  # the fix said "pass a transformers model", which the user thought they did
+        lambda w: vocabshift.save_pretrained_atomic(torch.nn.DataParallel(w.extended), w.extended_tokenizer,
+                                                    w.root / "out-1"),
+        E.InvalidArgumentTypeError, "model is a DataParallel, which has no save_pretrained: pass the "
+        "Qwen2ForCausalLM it wraps (model.module)"),
     "save tokenizer=path": (lambda w: vocabshift.save_pretrained_atomic(w.model, "tok/", w.root / "out-2"),
                             E.InvalidArgumentTypeError, "tokenizer is a str"),
     "save into a file": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "file.txt"),
