@@ -19,7 +19,14 @@ from datasets import Dataset, DatasetDict, IterableDataset
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models
-from transformers import Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
+from transformers import (
+    CLIPImageProcessor,
+    LlavaProcessor,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Trainer,
+    TrainingArguments,
+)
 
 import vocabshift
 from conftest import ROOT, make_model, make_tokenizer
@@ -164,6 +171,13 @@ def _specials_only():
     """A tokenizer of two special tokens and no vocabulary, as a folder that lost its tokenizer.json loads."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.add_special_tokens(["<s>", "</s>"])
+    return tokenizer
+
+
+def _with_words(tokenizer, *words):
+    """A copy of `tokenizer` with `words` added (`tokenizer.add_tokens`), as for a few domain terms."""
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.add_tokens(list(words))
     return tokenizer
 
 
@@ -315,8 +329,19 @@ API = {
     "new=a model": (_extend(new=At(lambda w: w.model)), E.InvalidTokenizerError, "new_tokenizer is a Qwen2ForCausalLM"),
     "new=dict": (_extend(new={"vocab": {}}), E.InvalidTokenizerError, "new_tokenizer is a dict"),
     "new=the source itself": (_extend(new=At(lambda w: w.source)), E.NoNewTokensError, "adds no token"),
+    "new=the source with words added by add_tokens": (  # it said all 703 tokens were present
+        _extend(new=At(lambda w: _with_words(w.source, "COVID-19", "mRNA"))), E.NoNewTokensError,
+        "new_tokenizer's only tokens that the model's tokenizer lacks are added tokens ('COVID-19', 'mRNA'), which "
+        "extend_vocabulary leaves out (it merges the pieces of a tokenizer's model): give the model those tokens "
+        "with tokenizer.add_tokens([...]) and model.resize_token_embeddings(len(tokenizer)), or extend with a "
+        "tokenizer trained on target-language text"),
     "new=Unigram into BPE": (_extend(new=At(lambda w: w.unigram)), E.IncompatibleTokenizerError, "Unigram tokenizer"),
     "source=42": (_extend(source_tokenizer=42), E.InvalidTokenizerError, "source_tokenizer is a int"),
+    "source=a vision-language model's processor": (  # the fix listed tokenizer forms, not the one the user held
+        _extend(source_tokenizer=At(lambda w: LlavaProcessor(image_processor=CLIPImageProcessor(), tokenizer=w.source,
+                                                             patch_size=16))),
+        E.InvalidTokenizerError, "source_tokenizer is a LlavaProcessor, which holds a tokenizer: pass its .tokenizer "
+        "(processor.tokenizer)"),
     "source=another model's": (_extend(source_tokenizer=At(lambda w: w.new)), E.TokenizerMismatchError,
                                "source_tokenizer has"),
     "source=a tokenizer thousands of rows short": (
@@ -341,6 +366,10 @@ API = {
                      E.UnsupportedModelError, "Linear has no input embedding matrix"),
     "model=None": (lambda w: vocabshift.extend_vocabulary(None, w.new, source_tokenizer=w.source),
                    E.UnsupportedModelError, "NoneType has no input embedding matrix"),
+    "model=DataParallel": (  # the fix said "pass a transformers model", which the user thought they did
+        lambda w: vocabshift.extend_vocabulary(torch.nn.DataParallel(w.model), w.new, source_tokenizer=w.source),
+        E.UnsupportedModelError, "DataParallel has no input embedding matrix (get_input_embeddings() gave NoneType): "
+        "pass the Qwen2ForCausalLM it wraps (model.module)"),
     # EmbeddingOnlyCallback and SecondStage
     "rows='old'": (lambda w: EmbeddingOnlyCallback(rows="old"), E.InvalidArgumentError, "rows='old'"),
     "rows=5": (lambda w: EmbeddingOnlyCallback(rows=5), E.InvalidArgumentError, "rows=5"),
@@ -453,6 +482,11 @@ API = {
     # saving, propagating, publishing, inspecting
     "save model=None": (lambda w: vocabshift.save_pretrained_atomic(None, w.source, w.root / "out-1"),
                         E.InvalidArgumentTypeError, "model is a NoneType"),
+    "save model=DataParallel": (  # the fix said "pass a transformers model", which the user thought they did
+        lambda w: vocabshift.save_pretrained_atomic(torch.nn.DataParallel(w.extended), w.extended_tokenizer,
+                                                    w.root / "out-1"),
+        E.InvalidArgumentTypeError, "model is a DataParallel, which has no save_pretrained: pass the "
+        "Qwen2ForCausalLM it wraps (model.module)"),
     "save tokenizer=path": (lambda w: vocabshift.save_pretrained_atomic(w.model, "tok/", w.root / "out-2"),
                             E.InvalidArgumentTypeError, "tokenizer is a str"),
     "save into a file": (lambda w: vocabshift.save_pretrained_atomic(w.model, w.source, w.root / "file.txt"),

@@ -8,11 +8,26 @@ import logging
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from tokenizers import AddedToken
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BertConfig,
+    CLIPVisionConfig,
+    EncoderDecoderConfig,
+    EncoderDecoderModel,
+    GenerationConfig,
+    LlamaConfig,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+    MarianConfig,
+    MarianMTModel,
+)
 
 import vocabshift
 from conftest import ARCHITECTURES, make_model, make_tokenizer
-from vocabshift.errors import NoNewTokensError
+from vocabshift.errors import NoNewTokensError, TokenizerMismatchError, UnsupportedModelError
 from vocabshift.inspection import record_summary
 from vocabshift.vocab.load import fingerprint
 
@@ -58,6 +73,21 @@ def test_tying_is_preserved(tokenizers_en, tokenizers_ru, architecture):
     assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
     assert model.get_output_embeddings().out_features == model.config.vocab_size
     assert vocabshift.get_record(model).tied == tied
+
+
+def test_a_per_token_tensor_besides_the_embeddings_is_refused_untouched(tokenizers_en, tokenizers_ru):
+    """Marian/mBART/BART add `final_logits_bias`, one value per token outside the head: left at the old size, the
+    extended model failed in its first forward (a raw size mismatch in torch)."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    model = MarianMTModel(MarianConfig(vocab_size=len(source), d_model=32, encoder_layers=1, decoder_layers=1,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                       decoder_ffn_dim=64, pad_token_id=0, decoder_start_token_id=0))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(UnsupportedModelError, match=r"MarianMTModel has final_logits_bias of shape \(1, 700\), one "
+                       r"value per token"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert model.config.vocab_size == len(source) and "vocabshift" not in model.config.to_dict()
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
 
 
 @pytest.mark.parametrize("mode", ["extend", "replace"])
@@ -190,6 +220,71 @@ def test_replace_mode_remaps_the_post_processor(tokenizers_en, tokenizers_ru):
     tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
     ids = tokenizer.encode("Привет")
     assert ids[0] == tokenizer.bos_token_id == model.config.bos_token_id
+
+
+def test_a_head_tied_to_another_embedding_than_the_input_is_refused_untouched(tokenizers_en, tokenizers_ru):
+    """EncoderDecoderModel (bert2bert): the input embeddings are the encoder's, the head is tied to the decoder's.
+    Both were resized but the encoder's config kept the old vocab_size, so the saved model did not load."""
+    source, new = tokenizers_en["wordpiece"], tokenizers_ru["wordpiece"]
+    shape = dict(vocab_size=len(source), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                 intermediate_size=64)
+    model = EncoderDecoderModel(config=EncoderDecoderConfig.from_encoder_decoder_configs(
+        BertConfig(**shape), BertConfig(**shape, is_decoder=True, add_cross_attention=True)))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(UnsupportedModelError, match=r"EncoderDecoderModel's output head is tied to "
+                       r"decoder.bert.embeddings.word_embeddings, a token embedding other than its input embeddings"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
+
+
+def _llava(vocab_size: int, image_token_index: int) -> LlavaForConditionalGeneration:
+    text = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2)
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                              image_size=32, patch_size=16)
+    return LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision,
+                                                     image_token_index=image_token_index)).eval()
+
+
+def test_replace_mode_moves_a_vision_models_image_token_index(tokenizers_en, tokenizers_ru):
+    """Llava (PaliGemma, Gemma-3, Mistral-3) name their image token `image_token_index`: replace mode moved the
+    `<image>` token but left the config's id, which then named an ordinary token of the new vocabulary."""
+    source, new = copy.deepcopy(tokenizers_en["bytelevel"]), tokenizers_ru["bytelevel"]
+    source.add_tokens([AddedToken("<image>", special=True, normalized=False)], special_tokens=True)
+    model = _llava(len(source), source.convert_tokens_to_ids("<image>"))
+    tokenizer = model.extend_vocabulary(new, source_tokenizer=source, mode="replace")
+    assert model.config.image_token_index == tokenizer.convert_tokens_to_ids("<image>") != len(source) - 1
+
+
+def test_a_source_tokenizer_without_the_models_image_token_is_refused_untouched(tokenizers_en, tokenizers_ru):
+    """Llava given its language model's tokenizer, which lacks `<image>` (id 700, its row the last): the first new
+    token took id 700, which the model reads as its image token."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    model = _llava(len(source) + 1, len(source))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(TokenizerMismatchError, match=r"config.image_token_index=700 names no token of "
+                       r"source_tokenizer \(700 tokens\), and the new token 'ĠÐ' would take that id"):
+        model.extend_vocabulary(new, source_tokenizer=source)
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
+    assert "vocabshift" not in model.config.to_dict()
+
+
+def test_a_source_tokenizer_without_special_token_roles_is_warned_about(tokenizers_en, tokenizers_ru, tmp_path,
+                                                                         caplog):
+    """source_tokenizer as the model's tokenizer.json (accepted) carries no eos/pad roles nor chat template: the
+    returned tokenizer had none either, silently, and the folder saved with it failed `inspect`."""
+    source, new = tokenizers_en["bytelevel"], tokenizers_ru["bytelevel"]
+    source.backend_tokenizer.save(str(tmp_path / "tokenizer.json"))
+    model = make_model("qwen2-tied", source)
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        tokenizer = model.extend_vocabulary(new, source_tokenizer=tmp_path / "tokenizer.json")
+    assert tokenizer.eos_token is None
+    assert "source_tokenizer has no eos_token while the model's config names eos_token_id=2 ('<|im_end|>'): a " \
+        "tokenizer.json or a tokenizers.Tokenizer carries no special-token roles nor chat template, so the returned " \
+        "tokenizer has none either" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="vocabshift"):
+        make_model("qwen2-tied", source).extend_vocabulary(new, source_tokenizer=source)
+    assert caplog.text.count("has no eos_token") == 1
 
 
 def test_default_source_tokenizer_comes_from_the_model_folder(tokenizers_en, tokenizers_ru, tmp_path):

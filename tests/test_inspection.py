@@ -79,6 +79,22 @@ def test_an_embedding_tensor_of_other_dimensions_is_a_problem(folder, capsys, fl
     assert "where an embedding matrix has two dimensions (rows x width): the weights are damaged" in out
 
 
+def test_a_head_bias_of_another_width_is_a_problem(tokenizers_en, tokenizers_ru, tmp_path, capsys):
+    """A head bias left at the old width (as propagate left BERT's) was called consistent, and from_pretrained
+    refused the folder."""
+    from safetensors.torch import load_file, save_file
+
+    model = make_model("phi-untied-bias", tokenizers_en["bytelevel"])
+    tokenizer = model.extend_vocabulary(tokenizers_ru["bytelevel"], source_tokenizer=tokenizers_en["bytelevel"])
+    folder = vocabshift.save_pretrained_atomic(model, tokenizer, tmp_path / "model")
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.bias"] = tensors["lm_head.bias"][:700].contiguous()
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    code, out, _ = _inspect(folder, capsys)
+    assert code == 1 and "PROBLEM: the output head's bias (lm_head.bias) has shape [700] but the input embeddings " \
+        "1,408 rows: it was not resized with them, so from_pretrained would refuse the folder" in out, out
+
+
 def test_a_shard_missing_from_the_index_is_a_problem(folder, capsys):
     shard = sorted(set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values()))[-1]
     (folder / shard).unlink()

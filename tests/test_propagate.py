@@ -14,7 +14,14 @@ import pytest
 import torch
 from safetensors import safe_open
 from tokenizers import AddedToken
-from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+)
 
 import conftest
 import vocabshift
@@ -260,6 +267,26 @@ def test_a_head_bias_is_carried_like_the_rows(tmp_path, tokenizers_en, tokenizer
     new = torch.tensor(record.new_ids)
     assert torch.allclose(bias["out"][new], bias["instruct"][:old].mean().expand(len(new)), atol=1e-6)
     assert vocabshift.inspect_folder(out).ok
+
+
+def test_a_head_bias_stored_under_another_name_is_carried(tmp_path, tokenizers_en, tokenizers_ru):
+    """BertForMaskedLM's head bias is one parameter under two names, stored as `cls.predictions.bias`: propagate did
+    not find it, and its output kept the instruct bias at the old width (from_pretrained refused the folder)."""
+    source, new = tokenizers_en["wordpiece"], tokenizers_ru["wordpiece"]
+    config = BertConfig(vocab_size=len(source), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=64)
+    for role, seed in (("base", 0), ("instruct", 1)):
+        torch.manual_seed(seed)
+        BertForMaskedLM(config).save_pretrained(tmp_path / role)
+        source.save_pretrained(tmp_path / role)
+    adapted = BertForMaskedLM.from_pretrained(tmp_path / "base")
+    vocabshift.save_pretrained_atomic(adapted, adapted.extend_vocabulary(new), tmp_path / "adapted")
+    out = vocabshift.propagate(tmp_path / "adapted", tmp_path / "base", tmp_path / "instruct",
+                               output_dir=tmp_path / "out")
+    bias = BertForMaskedLM.from_pretrained(out).get_output_embeddings().bias.detach()
+    instruct = BertForMaskedLM.from_pretrained(tmp_path / "instruct").get_output_embeddings().bias.detach()
+    assert bias.shape == adapted.get_output_embeddings().bias.shape
+    assert torch.allclose(bias[: len(source)], instruct, atol=1e-6)
 
 
 def _gemma3_with_vision(vocab_size: int) -> torch.nn.Module:

@@ -118,10 +118,11 @@ def find_embeddings(model: Model) -> Embeddings:
     head = found if isinstance(getattr(found, "weight", None), torch.Tensor) else None
     weight = input_matrix(model)
     if weight is None:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() gave "
-            f"{type(inputs).__name__}): pass a transformers model with token embeddings."
-        )
+        inner = getattr(model, "module", None)  # DataParallel, DistributedDataParallel
+        fix = f"the {type(inner).__name__} it wraps (model.module)" if isinstance(inner, torch.nn.Module) else \
+            "a transformers model with token embeddings"
+        raise UnsupportedModelError(f"{type(model).__name__} has no input embedding matrix (get_input_embeddings() "
+                                    f"gave {type(inputs).__name__}): pass {fix}.")
     _check_head_writable(model, found, head)
     if head is not None and head.weight.shape != weight.shape:
         raise UnsupportedModelError(
@@ -174,18 +175,15 @@ class EmbeddingNames:
     """Parameter names of a model class's embedding tensors (a tied pair shares names).
 
     Attributes:
-        input / head (`list[str]`): every name of the input matrix and of the head's weight (empty: no head).
+        input / head / bias (`list[str]`): every name of the input matrix, of the head's weight and of its bias
+            (empty: none; BERT's bias is `cls.predictions.decoder.bias` and, as stored, `cls.predictions.bias`).
         tied (`bool`): the head's weight is the input matrix.
     """
 
     input: list[str]
     head: list[str]
+    bias: list[str]
     tied: bool
-
-    @property
-    def bias(self) -> list[str]:
-        """The names a head bias would have (`lm_head.weight` -> `lm_head.bias`)."""
-        return [name.removesuffix("weight") + "bias" for name in self.head if name.endswith("weight")]
 
 
 def embedding_names(config: Any) -> EmbeddingNames:
@@ -200,9 +198,10 @@ def embedding_names(config: Any) -> EmbeddingNames:
     inputs, head = _modules(model)
     named = list(model.named_parameters(remove_duplicate=False))
     input_names = [n for n, p in named if p is inputs.weight]
-    head_names = [n for n, p in named if p is getattr(head, "weight", None)]
+    head_names, bias_names = ([n for n, p in named if p is getattr(head, what, None)] for what in ("weight", "bias"))
     tied = bool(head_names) and bool(set(input_names) & set(head_names))
-    return EmbeddingNames(_with_saved_names(model, input_names), _with_saved_names(model, head_names), tied)
+    inputs_saved, head_saved, bias_saved = (_with_saved_names(model, n) for n in (input_names, head_names, bias_names))
+    return EmbeddingNames(inputs_saved, head_saved, bias_saved, tied)
 
 
 def _with_saved_names(model: Any, names: list[str]) -> list[str]:

@@ -18,7 +18,15 @@ from .assemble import ROW_MULTIPLE, assemble_weights, row_count
 from .corpus import source_lines, text_lines
 from .embeddings import ORIGINALS, Embeddings, OriginalEmbeddings, check_tokenizer, find_embeddings
 from .errors import NoNewTokensError, TokenizerLoadError
-from .extend_checks import check_arguments, check_not_grown, check_not_split
+from .extend_checks import (
+    check_arguments,
+    check_config_ids,
+    check_head_partner,
+    check_no_other_token_tensor,
+    check_not_grown,
+    check_not_split,
+    warn_without_roles,
+)
 from .extension_record import Call, build_record, new_tokenizer_label, option_summary
 from .inputs import resolve_inputs
 from .methods import InitContext
@@ -116,10 +124,13 @@ def extend_vocabulary(
     target_lines = None if target_texts is None else text_lines(target_texts, name="target_texts")
     embeddings = find_embeddings(model)
     check_not_split(model)
+    check_no_other_token_tensor(model, embeddings)
+    check_head_partner(model, embeddings)
     source = load_tokenizer(_default_source(model, source_tokenizer), argument="source_tokenizer")
     new = load_tokenizer(new_tokenizer, argument="new_tokenizer")
     check_tokenizer(model, source, embeddings.num_rows, argument="source_tokenizer")
     check_not_grown(model, embeddings.num_rows, len(source))
+    warn_without_roles(model, source)
     report = None
     if mode == "extend":
         target, report = merge_tokenizers(source, new, source_texts=check_texts, target_texts=target_lines,
@@ -127,14 +138,12 @@ def extend_vocabulary(
         _warn_source_changes(report, source_texts is None, keep_source_segmentation)
     else:
         target = replacement_tokenizer(source, new)
+    if mode == "extend":
+        check_config_ids(model, len(source), target)
     alignment = align(source, target, keep_source_ids=mode == "extend", new=new)
     repeated = _extended_with(model, new)
     if not alignment.new_ids:
-        raise NoNewTokensError(
-            f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): "
-            + (_REPEATED + " keep the model and tokenizer that call returned." if repeated else
-               "pass a tokenizer trained on target-language text.")
-        )
+        raise _no_new_tokens(source, new, repeated)
     num_rows = row_count(embeddings, len(target), mode, pad_to_multiple_of)
     if repeated:
         _warn_repeated(target, alignment.new_ids, num_rows)
@@ -148,6 +157,25 @@ def extend_vocabulary(
     attach_sentencepiece(source, target, mode=mode, lines=[*check_texts, *(target_lines or [])])
     _write(model, embeddings, weights, record, _id_map(alignment) if mode == "replace" else None)
     return target
+
+
+def _no_new_tokens(source: Tokenizer, new: Tokenizer, repeated: bool) -> NoNewTokensError:
+    """The error for a new tokenizer that brings nothing, naming the tokens added to it (`add_tokens`) where those
+    are what it brings: the merge leaves added tokens out."""
+    added = sorted(set(new.get_added_vocab()) - set(source.get_vocab()))
+    if added and not repeated:
+        return NoNewTokensError(
+            f"new_tokenizer's only tokens that the model's tokenizer lacks are added tokens "
+            f"({', '.join(map(repr, added[:5]))}{', ...' if len(added) > 5 else ''}), which extend_vocabulary leaves "
+            "out (it merges the pieces of a tokenizer's model): give the model those tokens with "
+            "tokenizer.add_tokens([...]) and model.resize_token_embeddings(len(tokenizer)), or extend with a "
+            "tokenizer trained on target-language text."
+        )
+    return NoNewTokensError(
+        f"new_tokenizer adds no token that the model's tokenizer lacks ({len(new)} tokens, all present): "
+        + (_REPEATED + " keep the model and tokenizer that call returned." if repeated else
+           "pass a tokenizer trained on target-language text.")
+    )
 
 
 def _warn_source_changes(report: MergeReport, shipped: bool, kept: bool) -> None:

@@ -176,7 +176,18 @@ def _check_embeddings(report: Inspection, folder: Path, config: Any) -> tuple[in
                                "would give it random rows")
     elif head is not None and head[0] != rows:
         report.problems.append(f"the output head has {head[0]:,} rows but the input embeddings {rows:,}")
+    _check_bias(report, shapes, names.bias, rows)
     return rows, tied
+
+
+def _check_bias(report: Inspection, shapes: dict[str, list[int]], names: list[str], rows: int) -> None:
+    """A head bias holds one value per row: another length (a bias a tool left at the old width) makes
+    from_pretrained refuse the folder."""
+    shape = stored_shape(shapes, names)
+    if shape is not None and shape != [rows]:
+        report.problems.append(f"the output head's bias ({', '.join(names)}) has shape {shape} but the input "
+                               f"embeddings {rows:,} rows: it was not resized with them, so from_pretrained would "
+                               "refuse the folder; write the folder again (extend, or propagate)")
 
 
 def _check_sizes(report: Inspection, config: Any, tokenizer: Tokenizer, rows: int | None, tied: bool) -> None:

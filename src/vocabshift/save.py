@@ -54,8 +54,12 @@ def save_pretrained_atomic(model: Model, tokenizer: Tokenizer, folder: str | os.
     """
     for name, value in (("model", model), ("tokenizer", tokenizer)):
         if (value is not None or name == "model") and not callable(getattr(value, "save_pretrained", None)):
+            inner = getattr(value, "module", None)  # DataParallel, DistributedDataParallel
+            wrapped = callable(getattr(inner, "save_pretrained", None))
+            fix = f"the {type(inner).__name__} it wraps (model.module)" if wrapped else \
+                "a transformers model and its tokenizer (or tokenizer=None)"
             raise InvalidArgumentTypeError(f"{name} is a {type(value).__name__}, which has no save_pretrained: pass "
-                                           "a transformers model and its tokenizer (or tokenizer=None).")
+                                           f"{fix}.")
     options = {} if max_shard_size is None else {"max_shard_size": check_shard_size(max_shard_size,
                                                                                      name="max_shard_size")}
     record = find_record(model)

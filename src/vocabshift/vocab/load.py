@@ -43,7 +43,9 @@ def load_tokenizer(value: Any, *, argument: str) -> FastTokenizer:
     elif isinstance(value, (str, os.PathLike)):
         tokenizer = _from_path(value, argument)
     elif not hasattr(value, "backend_tokenizer"):
-        raise InvalidTokenizerError(f"{argument} is a {type(value).__name__}; pass {_ACCEPTED}.")
+        held = hasattr(getattr(value, "tokenizer", None), "backend_tokenizer")  # a processor (vision-language models)
+        fix = ", which holds a tokenizer: pass its .tokenizer (processor.tokenizer)" if held else f"; pass {_ACCEPTED}"
+        raise InvalidTokenizerError(f"{argument} is a {type(value).__name__}{fix}.")
     else:
         tokenizer = value
     _check_has_vocabulary(tokenizer, value, argument)
