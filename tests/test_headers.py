@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vocabshift.errors import ShardError
-from vocabshift.headers import read_header
+from vocabshift.errors import ModelFolderError, ShardError
+from vocabshift.headers import check_links, read_config, read_header
 from vocabshift.shard_index import check_folder_files, read_index
 
 
@@ -104,3 +104,16 @@ def test_index_with_shards_in_a_subfolder(tmp_path):
     weight_map = {"a": "model-00001-of-00002.safetensors", "b": "sub/model..x.safetensors"}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     assert read_index(tmp_path / "model.safetensors.index.json")["weight_map"] == weight_map
+
+
+def test_a_broken_link_in_a_subfolder_stops_only_what_uploads_the_tree(tmp_path):
+    """A model is read from its own files: a stale link among its logs does not stop it; push uploads the tree."""
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "latest").symlink_to(tmp_path / "gone")
+    assert read_config(tmp_path) == {}
+    with pytest.raises(ModelFolderError, match=r"logs/latest -> .*gone"):
+        check_links(tmp_path, "folder", deep=True)
+    (tmp_path / "tokenizer.json").symlink_to(tmp_path / "blobs" / "abc")
+    with pytest.raises(ModelFolderError, match=r"tokenizer.json -> .*copy the snapshot with cp -rL"):
+        read_config(tmp_path)

@@ -72,23 +72,25 @@ def read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
-def check_links(folder: Path, named: str) -> None:
+def check_links(folder: Path, named: str, *, deep: bool = False) -> None:
     """Refuse a model folder that holds links leading nowhere (`named`: how the message names it; see
-    `broken_links`).
+    `broken_links`): among its own files, which a model is read from, or, `deep`, in its subfolders too (for what
+    uploads the whole tree).
 
     Raises:
         `ModelFolderError`: naming the first broken link, where it points and how to copy the folder whole.
     """
-    if why := broken_links(folder, named):
+    if why := broken_links(folder, named, deep=deep):
         raise ModelFolderError(why)
 
 
-def broken_links(folder: Path, named: str) -> str:
+def broken_links(folder: Path, named: str, *, deep: bool = False) -> str:
     """What to say of a folder that holds links leading nowhere, else '': read as it is, the files they stand for
     would be missing (a chat template, a license, config.json itself) and left out of what is written or uploaded
     from it. A Hugging Face cache snapshot copied with `cp -r` is such a folder: its links point to blobs the copy
     does not have."""
-    broken = sorted(path for path in folder.rglob("*") if path.is_symlink() and not path.exists())
+    paths = folder.rglob("*") if deep else folder.iterdir() if folder.is_dir() else ()
+    broken = sorted(path for path in paths if path.is_symlink() and not path.exists())
     if not broken:
         return ""
     target = os.readlink(broken[0])

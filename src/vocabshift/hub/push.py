@@ -172,7 +172,7 @@ def _files(folder: Path) -> list[str]:
     """Relative POSIX paths of the files to upload, hidden files and folders left out, sorted."""
     if not folder.is_dir():
         raise ModelFolderError(f"folder={str(folder)!r} is not a folder: pass the output folder of save_pretrained.")
-    check_links(folder, f"folder={str(folder)!r}")
+    check_links(folder, f"folder={str(folder)!r}", deep=True)
     paths = (p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
     return sorted(p.as_posix() for p in paths if not any(part.startswith(".") for part in p.parts))
 
