@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -286,3 +287,15 @@ def test_a_run_killed_while_saving_a_checkpoint_leaves_the_previous_one(tmp_path
     assert not (tmp_path / "run" / "checkpoint-2" / MARKER).exists() and not list(first.glob("*.tmp"))
     small_run(tmp_path / "run").train(resume_from_checkpoint=str(first))  # the run goes on from checkpoint-1
     assert (tmp_path / "run" / "checkpoint-3" / MARKER).exists()
+
+
+def test_an_abandoned_trainer_leaves_no_resume_check_of_its_own(tokenizers_en, tokenizers_ru, ru_lines, tmp_path):
+    """A Trainer built with the callback and never trained: its check of resumed checkpoints gives way to the next
+    callback's (it would refuse this rows='new' checkpoint for rows='all'), and the model stays deep-copyable."""
+    checkpoint = _checkpoint(tmp_path, tokenizers_en, tokenizers_ru, ru_lines, [vocabshift.EmbeddingOnlyCallback()])
+    model, tokenizer = extended("llama-untied", tokenizers_en, tokenizers_ru)
+    Trainer(model=model, args=arguments(tmp_path / "abandoned"), callbacks=[vocabshift.EmbeddingOnlyCallback("all")])
+    copy.deepcopy(model)
+    trainer = Trainer(model=model, args=arguments(tmp_path / "second", max_steps=4),
+                      train_dataset=blocks(tokenizer, ru_lines), callbacks=[vocabshift.EmbeddingOnlyCallback()])
+    assert trainer.train(resume_from_checkpoint=str(checkpoint)).global_step == 4

@@ -9,6 +9,7 @@ checkpoint's weights load, before the optimizer state does; the loaded state's s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,10 +27,12 @@ from ...errors import TrainingSetupError
 from ...headers import json_object
 
 __all__ = ["MARKER", "check_marker", "check_optimizer_size", "check_optimizer_state", "damaged_checkpoint_json",
-           "read_checkpoint_json", "resumed_checkpoint", "setup_of", "write_marker"]
+           "install_resume_check", "read_checkpoint_json", "remove_resume_check", "resumed_checkpoint", "setup_of",
+           "write_marker"]
 
 MARKER = "vocabshift_training.json"
 OPTIMIZER = "optimizer.pt"  # where the Trainer saves the optimizer state
+RESUME_CHECK = "_vocabshift_resume_check"  # on the model: the handle of the load hook, until training ends
 
 
 def setup_of(rows: Any, ids: torch.Tensor | None, parameters: list[torch.nn.Parameter]) -> dict[str, Any]:
@@ -116,6 +119,28 @@ def _check_settings(optimizer: Any, group: dict[str, Any]) -> None:
             "or start a new run from the checkpoint's weights (from_pretrained(checkpoint), then train() without "
             "resume_from_checkpoint)."
         )
+
+
+def install_resume_check(model: torch.nn.Module, setup: dict[str, Any]) -> None:
+    """Check the checkpoint a Trainer resumes from against `setup` while its weights load (`resumed_checkpoint`),
+    in place of the check an earlier run of the model left (built and abandoned, or interrupted)."""
+    remove_resume_check(model)
+    model.__dict__[RESUME_CHECK] = model.register_load_state_dict_pre_hook(
+        functools.partial(_check_resumed_checkpoint, setup=setup))  # plain data: the model stays deep-copyable
+
+
+def remove_resume_check(model: torch.nn.Module) -> None:
+    handle = model.__dict__.pop(RESUME_CHECK, None)
+    if handle is not None:
+        handle.remove()
+
+
+def _check_resumed_checkpoint(*args: Any, setup: dict[str, Any]) -> None:
+    """The model's load hook: when a Trainer resumes, refuse its checkpoint before its optimizer state loads."""
+    folder = resumed_checkpoint()
+    if folder is not None and Path(folder).is_dir():
+        check_marker(folder, setup)
+        check_optimizer_size(folder, setup)
 
 
 def resumed_checkpoint() -> str | None:

@@ -48,8 +48,6 @@ class Run:
         resumed_from: the step the run resumed from (0 when it started), for the record: the Trainer's
             `train_loss` is the mean over the steps after it.
         requires_grad: each parameter's `requires_grad` before the body was frozen, given back when training ends.
-        resume_check: the model's load hook that checks the checkpoint a Trainer resumes from (removed when training
-            ends: an interrupted `train()` may resume).
     """
 
     ids: torch.Tensor | None
@@ -69,7 +67,6 @@ class Run:
     learning_rate: float | None = None
     resumed_from: int = 0
     requires_grad: dict[str, bool] = field(default_factory=dict)
-    resume_check: Any = None
 
 
 def checkpoint_folder(args: TrainingArguments, state: TrainerState) -> Path:

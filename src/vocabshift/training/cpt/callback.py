@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,10 +22,9 @@ from ._backends import refuse_backend
 from ._finite import check_finite
 from ._optimizer import PREBUILT, check_optimizer, head_rate, peak_rate
 from ._resume import (
-    check_marker,
-    check_optimizer_size,
     check_optimizer_state,
-    resumed_checkpoint,
+    install_resume_check,
+    remove_resume_check,
     setup_of,
     write_marker,
 )
@@ -182,7 +180,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
         freeze_body(model, keep=body)
         self._model, self._objective = model, None  # a trainer of another loss describes it once built
         run = self._run = Run(ids=ids, rows=split_rows(model, ids), body=body, tuner=tuner, requires_grad=flags)
-        run.resume_check = run.rows.model.register_load_state_dict_pre_hook(self._check_resumed_checkpoint)
+        install_resume_check(run.rows.model, self.training_setup())
         check_optimizer(optimizer, model, self._trainable())
         if args.include_num_input_tokens_seen == "no":
             args.include_num_input_tokens_seen = "all"
@@ -246,13 +244,6 @@ class EmbeddingOnlyCallback(TrainerCallback):
         """What this run trains (`resume.setup_of`), as checkpoints record it."""
         return setup_of(self.rows, self._started().ids, self._trainable())
 
-    def _check_resumed_checkpoint(self, *args: Any) -> None:
-        """The model's load hook: when a Trainer resumes, refuse its checkpoint before its optimizer state loads."""
-        folder = resumed_checkpoint()
-        if folder is not None and Path(folder).is_dir():
-            check_marker(folder, self.training_setup())
-            check_optimizer_size(folder, self.training_setup())
-
     def describe_objective(self, describe: Callable[[], dict[str, Any]]) -> None:
         """Have the trainer that computes the loss say what it is, for the record entry this callback writes
         (`objective`; `describe` is called when training ends). Without it the entry says a plain Trainer's loss, a
@@ -288,7 +279,7 @@ class EmbeddingOnlyCallback(TrainerCallback):
 
     def _close(self) -> None:
         run = self._started()
-        run.resume_check.remove()
+        remove_resume_check(run.rows.model)
         run.rows.fold()
         run.closed = True
         if run.gate is not None:
